@@ -1,0 +1,284 @@
+#include "compressors/error_feedback.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "compressors/state_io.h"
+#include "gradcomp/error.h"
+#include "kernels/cpu_parallel.h"
+#include "kernels/half_ops.cuh"
+#include "kernels/philox_ops.cuh"
+
+namespace gradcomp {
+namespace {
+
+constexpr std::uint32_t kStateMagic = 0x54534347u;  // "GCST"
+constexpr std::uint16_t kStateVersion = 1;
+
+NonFinitePolicy parse_policy(const std::string& text) {
+  if (text == "skip") return NonFinitePolicy::kSkip;
+  if (text == "pass") return NonFinitePolicy::kPass;
+  return NonFinitePolicy::kRaise;
+}
+
+// Counts non-finite values; `first` receives the smallest such index (n when none).
+std::size_t count_nonfinite(const float* values, std::size_t n, int threads, std::size_t& first) {
+  const std::size_t chunks = (n + kernels::kParallelChunk - 1) / kernels::kParallelChunk;
+  std::vector<std::size_t> counts(chunks, 0), firsts(chunks, n);
+  kernels::parallel_chunks(n, kernels::kParallelChunk, threads, [&](std::size_t k, std::size_t begin, std::size_t end) {
+    std::size_t count = 0;
+    for (std::size_t i = begin; i < end; ++i) count += !std::isfinite(values[i]);
+    counts[k] = count;
+    if (count) {
+      for (std::size_t i = begin; i < end; ++i) {
+        if (!std::isfinite(values[i])) {
+          firsts[k] = i;
+          break;
+        }
+      }
+    }
+  });
+  std::size_t total = 0;
+  first = n;
+  for (std::size_t k = 0; k < chunks; ++k) {
+    total += counts[k];
+    first = std::min(first, firsts[k]);
+  }
+  return total;
+}
+
+void to_float(const TensorView& view, std::vector<float>& out) {
+  out.resize(view.numel());
+  const auto* bits = static_cast<const std::uint16_t*>(view.data());
+  if (view.dtype() == DType::kF16) {
+    for (std::size_t i = 0; i < view.numel(); ++i) out[i] = kernels::half_bits_to_float(bits[i]);
+  } else {
+    for (std::size_t i = 0; i < view.numel(); ++i) out[i] = kernels::bf16_bits_to_float(bits[i]);
+  }
+}
+
+void from_float(const std::vector<float>& values, const TensorView& view) {
+  auto* bits = static_cast<std::uint16_t*>(view.data());
+  if (view.dtype() == DType::kF16) {
+    for (std::size_t i = 0; i < view.numel(); ++i) bits[i] = kernels::float_to_half_bits(values[i]);
+  } else {
+    for (std::size_t i = 0; i < view.numel(); ++i) bits[i] = kernels::float_to_bf16_bits(values[i]);
+  }
+}
+
+void check_float_dtype(const TensorView& view, std::string_view codec, std::string_view what) {
+  GRADCOMP_CHECK(view.dtype() == DType::kF32 || view.dtype() == DType::kF16 || view.dtype() == DType::kBF16,
+                 "compressor '{}': {} must be f32, f16 or bf16, got {}", codec, what, view.describe());
+}
+
+}  // namespace
+
+std::vector<ParamSpec> lossless_common_params() {
+  return {ParamSpec{"nonfinite", ParamSpec::Kind::kChoice, "raise", 0, 0, false, {"raise", "skip", "pass"},
+                    "NaN/Inf in a gradient: raise naming the tensor, skip (send zeros), or pass through"}};
+}
+
+std::vector<ParamSpec> lossy_common_params() {
+  auto params = lossless_common_params();
+  params.insert(params.begin(), ParamSpec{"ef", ParamSpec::Kind::kBool, "on", 0, 0, false, {},
+                                          "error feedback: keep what compression dropped and add it next step"});
+  return params;
+}
+
+ErrorFeedbackCompressor::ErrorFeedbackCompressor(std::string name, payload::CodecId codec, CompressorTraits traits,
+                                                 std::vector<ParamSpec> param_specs, Params params)
+    : name_(std::move(name)),
+      codec_(codec),
+      traits_(traits),
+      param_specs_(std::move(param_specs)),
+      params_(std::move(params)) {
+  ef_ = params_.has("ef") && params_.get_bool("ef");
+  nonfinite_ = params_.has("nonfinite") ? parse_policy(params_.get_string("nonfinite")) : NonFinitePolicy::kRaise;
+}
+
+std::string ErrorFeedbackCompressor::spec() const { return params_.canonical(param_specs_); }
+
+const TensorState* ErrorFeedbackCompressor::state_of(std::string_view name) const {
+  const auto it = states_.find(name);
+  return it == states_.end() ? nullptr : &it->second;
+}
+
+TensorState& ErrorFeedbackCompressor::state_for(std::string_view name, std::size_t numel, int rank) {
+  auto it = states_.find(name);
+  if (it != states_.end()) {
+    GRADCOMP_CHECK(it->second.numel == numel,
+                   "compressor '{}': tensor '{}' on rank {} has {} elements but its saved state has {} (did its shape "
+                   "change, or was state of another model loaded?)",
+                   name_, name, rank, numel, it->second.numel);
+    return it->second;
+  }
+  TensorState state;
+  state.numel = numel;
+  state.buffers.resize(1 + extra_state_buffers());
+  if (ef_) state.buffers[0].assign(numel, 0.0f);
+  for (std::size_t b = 1; b < state.buffers.size(); ++b) state.buffers[b].assign(numel, 0.0f);
+  return states_.emplace(std::string(name), std::move(state)).first->second;
+}
+
+std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<std::byte> out,
+                                              const CompressContext& ctx) {
+  GRADCOMP_CHECK(!ctx.name.empty(), "compressor '{}': CompressContext.name must name the tensor", name_);
+  if (grad.device().is_cuda()) return compress_cuda(grad, out, ctx);
+  check_float_dtype(grad, name_, fmt::format("gradient '{}'", ctx.name));
+  const std::size_t n = grad.numel();
+  const std::size_t needed = max_payload_bytes(n);
+  GRADCOMP_CHECK(out.size() >= needed, "compressor '{}': output buffer for '{}' has {} bytes, {} needed", name_,
+                 ctx.name, out.size(), needed);
+
+  const float* values = nullptr;
+  if (grad.dtype() == DType::kF32) {
+    values = static_cast<const float*>(grad.data());
+  } else {
+    to_float(grad, scratch_in_);
+    values = scratch_in_.data();
+  }
+
+  stats_ = CompressStats{};
+  stats_.numel = n;
+  std::size_t first_bad = n;
+  stats_.nonfinite = count_nonfinite(values, n, threads_, first_bad);
+
+  TensorState& state = state_for(ctx.name, n, ctx.rank);
+  EncodeArgs args;
+  args.grad = values;
+  args.residual = ef_ ? state.buffers[0].data() : nullptr;
+  args.numel = n;
+  args.ctx = &ctx;
+  args.state = &state;
+  args.tensor_key = kernels::fnv1a64(ctx.name.data(), ctx.name.size());
+  args.original_dtype = grad.dtype();
+  args.threads = threads_;
+
+  if (stats_.nonfinite > 0) {
+    switch (nonfinite_) {
+      case NonFinitePolicy::kRaise:
+        throw InvalidArgument(fmt::format(
+            "compressor '{}': gradient '{}' on rank {} at step {} has {} non-finite value(s), the first at index {} "
+            "({}); the error-feedback state was left untouched (use nonfinite=skip or nonfinite=pass to continue)",
+            name_, ctx.name, ctx.rank, ctx.step, stats_.nonfinite, first_bad, values[first_bad]));
+      case NonFinitePolicy::kSkip: {
+        // Encode zeros against a throw-away state, so nothing persistent changes.
+        TensorState scratch_state;
+        scratch_state.numel = n;
+        scratch_state.buffers.resize(1 + extra_state_buffers());
+        for (std::size_t b = 1; b < scratch_state.buffers.size(); ++b) scratch_state.buffers[b].assign(n, 0.0f);
+        scratch_state.scalars = state.scalars;
+        std::vector<float> zeros(n, 0.0f);
+        args.grad = zeros.data();
+        args.residual = nullptr;
+        args.state = &scratch_state;
+        const std::size_t size = encode(args, out, stats_);
+        stats_.skipped = true;
+        stats_.payload_bytes = size;
+        return size;
+      }
+      case NonFinitePolicy::kPass:
+        break;
+    }
+  }
+
+  const std::size_t size = encode(args, out, stats_);
+  ++state.steps;
+  if (stats_.nonfinite > 0) {
+    for (auto& buffer : state.buffers) {
+      for (float& value : buffer) {
+        if (!std::isfinite(value)) value = 0.0f;
+      }
+    }
+  }
+  stats_.payload_bytes = size;
+  return size;
+}
+
+void ErrorFeedbackCompressor::decompress(std::span<const std::byte> bytes, const TensorView& out, DecodeMode mode) {
+  if (out.device().is_cuda()) {
+    decompress_cuda(bytes, out, mode);
+    return;
+  }
+  check_float_dtype(out, name_, "decompress output");
+  const auto view = payload::parse(bytes, codec_, static_cast<long long>(out.numel()));
+  const bool accumulate = mode == DecodeMode::kAccumulate;
+  if (out.dtype() == DType::kF32) {
+    decode(view, static_cast<float*>(out.data()), out.numel(), accumulate);
+    return;
+  }
+  if (accumulate) {
+    to_float(out, scratch_out_);
+  } else {
+    scratch_out_.assign(out.numel(), 0.0f);
+  }
+  decode(view, scratch_out_.data(), out.numel(), accumulate);
+  from_float(scratch_out_, out);
+}
+
+std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::span<std::byte>,
+                                                   const CompressContext& ctx) {
+  throw InvalidArgument(fmt::format("compressor '{}' has no CUDA path in this build (tensor '{}' is {})", name_,
+                                    ctx.name, grad.describe()));
+}
+
+void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::byte>, const TensorView& out, DecodeMode) {
+  throw InvalidArgument(
+      fmt::format("compressor '{}' has no CUDA path in this build (output is {})", name_, out.describe()));
+}
+
+std::vector<std::byte> ErrorFeedbackCompressor::save_state() const {
+  ByteWriter writer;
+  writer.put<std::uint32_t>(kStateMagic);
+  writer.put<std::uint16_t>(kStateVersion);
+  writer.put_string(name_);
+  writer.put<std::uint64_t>(states_.size());
+  for (const auto& [tensor, state] : states_) {
+    writer.put_string(tensor);
+    writer.put<std::uint64_t>(state.numel);
+    writer.put<std::uint64_t>(state.steps);
+    writer.put<std::uint64_t>(state.buffers.size());
+    for (const auto& buffer : state.buffers) writer.put_array<float>(buffer);
+    writer.put_array<double>(state.scalars);
+  }
+  return writer.take();
+}
+
+void ErrorFeedbackCompressor::load_state(std::span<const std::byte> bytes) {
+  ByteReader reader(bytes, fmt::format("'{}' compressor state", name_));
+  const auto magic = reader.get<std::uint32_t>();
+  GRADCOMP_CHECK_AS(CorruptPayload, magic == kStateMagic, "corrupt compressor state: bad magic {:#010x}", magic);
+  const auto version = reader.get<std::uint16_t>();
+  GRADCOMP_CHECK_AS(CorruptPayload, version == kStateVersion, "compressor state version {} is not supported (reads {})",
+                    version, kStateVersion);
+  const std::string codec = reader.get_string();
+  GRADCOMP_CHECK(codec == name_, "cannot load state of compressor '{}' into compressor '{}'", codec, name_);
+  const auto count = reader.get<std::uint64_t>();
+  std::map<std::string, TensorState, std::less<>> loaded;
+  for (std::uint64_t t = 0; t < count; ++t) {
+    std::string tensor = reader.get_string();
+    TensorState state;
+    state.numel = reader.get<std::uint64_t>();
+    state.steps = reader.get<std::uint64_t>();
+    const auto buffers = reader.get<std::uint64_t>();
+    GRADCOMP_CHECK(buffers == 1 + extra_state_buffers(),
+                   "state of tensor '{}' has {} buffers; compressor '{}' keeps {}", tensor, buffers, name_,
+                   1 + extra_state_buffers());
+    for (std::uint64_t b = 0; b < buffers; ++b) {
+      state.buffers.push_back(reader.get_array<float>());
+      const std::size_t expected = (b == 0 && !ef_) ? 0 : state.numel;
+      if (b == 0 && ef_ && state.buffers[0].empty()) state.buffers[0].assign(state.numel, 0.0f);  // saved with ef=off
+      if (b == 0 && !ef_) state.buffers[0].clear();  // ef=off now: the residual is dropped
+      GRADCOMP_CHECK(state.buffers[b].size() == (b == 0 && !ef_ ? 0 : state.numel),
+                     "state of tensor '{}' buffer {} has {} values, expected {}", tensor, b, state.buffers[b].size(),
+                     expected);
+    }
+    state.scalars = reader.get_array<double>();
+    loaded.emplace(std::move(tensor), std::move(state));
+  }
+  GRADCOMP_CHECK_AS(CorruptPayload, reader.at_end(), "corrupt compressor state: {} trailing bytes", reader.remaining());
+  states_ = std::move(loaded);
+}
+
+}  // namespace gradcomp

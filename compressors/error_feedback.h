@@ -1,0 +1,111 @@
+// ErrorFeedbackCompressor: the shared machinery of every built-in codec. It owns the per-tensor state (residual and
+// any codec-specific buffers, keyed by tensor name), applies the non-finite policy, converts f16/bf16 tensors,
+// saves/loads state, and leaves only encode()/decode() of f32 values to each codec.
+//
+// Error feedback (Stich 2018; Karimireddy et al. 2019): with a residual r per tensor, a step compresses v = g + r and
+// keeps r' = v - transmitted. Codecs fuse this into encode(): they read grad and residual, write the payload and the
+// new residual in one pass. With ef=off the residual pointer is null.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compressors/payload.h"
+#include "gradcomp/compressor.h"
+#include "gradcomp/registry.h"
+
+namespace gradcomp {
+
+// What to do when a gradient holds NaN or Inf.
+enum class NonFinitePolicy {
+  kRaise,  // throw InvalidArgument naming the tensor, rank, index and value; state untouched (default)
+  kSkip,   // transmit zeros for this tensor this step; state untouched
+  kPass,   // compress as given; residual entries that become non-finite are reset to zero
+};
+
+// Parameters every lossy codec accepts: ef=on|off, nonfinite=raise|skip|pass.
+std::vector<ParamSpec> lossy_common_params();
+// Only nonfinite=... (for lossless codecs).
+std::vector<ParamSpec> lossless_common_params();
+
+// Per-tensor state.
+struct TensorState {
+  std::uint64_t numel = 0;
+  std::uint64_t steps = 0;                   // compress() calls so far for this name
+  std::vector<std::vector<float>> buffers;   // buffers[0] = residual (when ef=on); codecs may add more
+  std::vector<double> scalars;               // codec-specific scalars (e.g. an adaptive threshold)
+};
+
+// Inputs of one encode() call. `grad` is f32 and already multiplied by nothing: codecs apply ctx.prescale
+// themselves where they support it.
+struct EncodeArgs {
+  const float* grad = nullptr;
+  float* residual = nullptr;  // null when ef=off; else in: residual, out: residual + grad - transmitted
+  std::size_t numel = 0;
+  const CompressContext* ctx = nullptr;
+  TensorState* state = nullptr;  // never null; buffers sized by extra_state_buffers()
+  std::uint64_t tensor_key = 0;  // fnv1a64(ctx->name)
+  DType original_dtype = DType::kF32;
+  int threads = 0;
+};
+
+class ErrorFeedbackCompressor : public Compressor {
+ public:
+  ErrorFeedbackCompressor(std::string name, payload::CodecId codec, CompressorTraits traits,
+                          std::vector<ParamSpec> param_specs, Params params);
+
+  std::string_view name() const override { return name_; }
+  std::string spec() const override;
+  CompressorTraits traits() const override { return traits_; }
+  std::size_t compress(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx) override;
+  void decompress(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode) override;
+  std::vector<std::byte> save_state() const override;
+  void load_state(std::span<const std::byte> state) override;
+  void reset_state() override { states_.clear(); }
+  void set_threads(int threads) override { threads_ = threads; }
+  CompressStats last_stats() const override { return stats_; }
+
+  bool error_feedback() const { return ef_; }
+  NonFinitePolicy nonfinite_policy() const { return nonfinite_; }
+  // State of `name`, or null if it has none yet (for tests and diagnostics).
+  const TensorState* state_of(std::string_view name) const;
+
+ protected:
+  // Writes the payload of `args` into `out` (at least max_payload_bytes(numel) bytes); returns its size and fills
+  // `stats.selected` / `stats.saturated`.
+  virtual std::size_t encode(const EncodeArgs& args, std::span<std::byte> out, CompressStats& stats) = 0;
+  // Decodes a payload that parse() already validated against codec() and numel. `out` holds `numel` f32 values;
+  // with accumulate it adds. Must validate section sizes and indices (throw CorruptPayload) before writing.
+  virtual void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) = 0;
+  // Codec-specific state buffers (each numel floats) beyond the residual, e.g. DGC's momentum.
+  virtual std::size_t extra_state_buffers() const { return 0; }
+  // CUDA path, overridden by codecs that have one. The default throws InvalidArgument.
+  virtual std::size_t compress_cuda(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx);
+  virtual void decompress_cuda(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode);
+
+  payload::CodecId codec() const { return codec_; }
+  const Params& params() const { return params_; }
+  int threads() const { return threads_; }
+  // Finds or creates the state of `name` for a tensor of `numel` elements; throws InvalidArgument if the existing
+  // state has another size.
+  TensorState& state_for(std::string_view name, std::size_t numel, int rank);
+
+ private:
+  std::string name_;
+  payload::CodecId codec_;
+  CompressorTraits traits_;
+  std::vector<ParamSpec> param_specs_;
+  Params params_;
+  bool ef_ = false;
+  NonFinitePolicy nonfinite_ = NonFinitePolicy::kRaise;
+  int threads_ = 0;
+  CompressStats stats_;
+  std::map<std::string, TensorState, std::less<>> states_;
+  std::vector<float> scratch_in_, scratch_out_;
+};
+
+}  // namespace gradcomp

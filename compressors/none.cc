@@ -1,0 +1,71 @@
+#include "compressors/none.h"
+
+#include <cstring>
+
+#include "compressors/error_feedback.h"
+#include "gradcomp/error.h"
+#include "kernels/cpu_parallel.h"
+
+namespace gradcomp {
+namespace {
+
+class NoneCompressor final : public ErrorFeedbackCompressor {
+ public:
+  explicit NoneCompressor(const Params& params)
+      : ErrorFeedbackCompressor("none", payload::CodecId::kNone, none_compressor_info().traits,
+                                lossless_common_params(), params) {}
+
+  std::size_t max_payload_bytes(std::size_t numel) const override {
+    return payload::kHeaderBytes + numel * sizeof(float);
+  }
+
+ protected:
+  std::size_t encode(const EncodeArgs& args, std::span<std::byte> out, CompressStats& stats) override {
+    payload::Header header;
+    header.codec = payload::CodecId::kNone;
+    header.numel = args.numel;
+    header.dtype = args.original_dtype;
+    header.section_count = 1;
+    header.section_bytes[0] = args.numel * sizeof(float);
+    const std::size_t size = payload::write_header(header, out);
+    auto* body = reinterpret_cast<float*>(out.data() + payload::section_offset(header, 0));
+    const float scale = args.ctx->prescale;
+    kernels::parallel_chunks(args.numel, kernels::kParallelChunk, args.threads,
+                             [&](std::size_t, std::size_t begin, std::size_t end) {
+                               if (scale == 1.0f) {
+                                 std::memcpy(body + begin, args.grad + begin, (end - begin) * sizeof(float));
+                               } else {
+                                 for (std::size_t i = begin; i < end; ++i) body[i] = args.grad[i] * scale;
+                               }
+                             });
+    stats.selected = args.numel;
+    return size;
+  }
+
+  void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) override {
+    GRADCOMP_CHECK_AS(CorruptPayload, view.header.section_count == 1 && view.sections[0].size() == numel * sizeof(float),
+                      "corrupt 'none' payload: body has {} bytes for {} elements", view.sections[0].size(), numel);
+    const auto* body = reinterpret_cast<const float*>(view.sections[0].data());
+    if (accumulate) {
+      for (std::size_t i = 0; i < numel; ++i) out[i] += body[i];
+    } else if (numel > 0) {
+      std::memcpy(out, body, numel * sizeof(float));
+    }
+  }
+};
+
+}  // namespace
+
+CompressorInfo none_compressor_info() {
+  CompressorInfo info;
+  info.name = "none";
+  info.summary = "no compression: f32 values, dense allreduce (the baseline)";
+  info.traits.summable = true;
+  info.traits.lossy = false;
+  info.traits.wire_dtype = DType::kF32;
+  info.params = lossless_common_params();
+  info.factory = [](const Params& params) { return std::make_unique<NoneCompressor>(params); };
+  return info;
+}
+
+}  // namespace gradcomp

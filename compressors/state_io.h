@@ -1,0 +1,92 @@
+// Little-endian serialization helpers for compressor state. Readers are bounds-checked: reading past the end throws
+// CorruptPayload, so damaged checkpoints never read out of bounds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "gradcomp/error.h"
+
+namespace gradcomp {
+
+class ByteWriter {
+ public:
+  template <typename T>
+  void put(T value) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    append(&value, sizeof(T));
+  }
+  void put_string(std::string_view text) {
+    put<std::uint64_t>(text.size());
+    append(text.data(), text.size());
+  }
+  template <typename T>
+  void put_array(std::span<const T> values) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    put<std::uint64_t>(values.size());
+    append(values.data(), values.size_bytes());
+  }
+  std::vector<std::byte> take() { return std::move(buffer_); }
+
+ private:
+  void append(const void* data, std::size_t size) {
+    if (size == 0) return;
+    const std::size_t offset = buffer_.size();
+    buffer_.resize(offset + size);
+    std::memcpy(buffer_.data() + offset, data, size);
+  }
+  std::vector<std::byte> buffer_;
+};
+
+class ByteReader {
+ public:
+  ByteReader(std::span<const std::byte> bytes, std::string_view what) : bytes_(bytes), what_(what) {}
+
+  template <typename T>
+  T get() {
+    static_assert(std::is_trivially_copyable_v<T>);
+    need(sizeof(T));
+    T value;
+    std::memcpy(&value, bytes_.data() + offset_, sizeof(T));
+    offset_ += sizeof(T);
+    return value;
+  }
+  std::string get_string() {
+    const auto size = get<std::uint64_t>();
+    need(size);
+    std::string text(reinterpret_cast<const char*>(bytes_.data() + offset_), size);
+    offset_ += size;
+    return text;
+  }
+  template <typename T>
+  std::vector<T> get_array() {
+    const auto count = get<std::uint64_t>();
+    GRADCOMP_CHECK_AS(CorruptPayload, count <= (bytes_.size() - offset_) / sizeof(T),
+                      "corrupt {}: array of {} elements overruns the {} bytes left", what_, count,
+                      bytes_.size() - offset_);
+    std::vector<T> values(count);
+    std::memcpy(values.data(), bytes_.data() + offset_, count * sizeof(T));
+    offset_ += count * sizeof(T);
+    return values;
+  }
+  bool at_end() const { return offset_ == bytes_.size(); }
+  std::size_t remaining() const { return bytes_.size() - offset_; }
+
+ private:
+  void need(std::size_t size) const {
+    GRADCOMP_CHECK_AS(CorruptPayload, size <= bytes_.size() - offset_,
+                      "corrupt {}: needs {} more bytes at offset {} but only {} are left", what_, size, offset_,
+                      bytes_.size() - offset_);
+  }
+  std::span<const std::byte> bytes_;
+  std::string what_;
+  std::size_t offset_ = 0;
+};
+
+}  // namespace gradcomp

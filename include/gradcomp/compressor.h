@@ -1,0 +1,103 @@
+// The Compressor interface: turns a gradient into a self-describing payload and back, keeping per-tensor state
+// (error-feedback residuals, momenta, step counters) keyed by a stable tensor name.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gradcomp/tensor.h"
+
+namespace gradcomp {
+
+// How the communication layer may combine payloads of a codec. The collective is chosen from these, never by the
+// caller (see comm/algorithms).
+struct CompressorTraits {
+  // The payload body is one dense array of `wire_dtype` that may be summed elementwise (none, fp16, bf16).
+  bool summable = false;
+  // The payload is a sparse selection; aggregation = decompress-and-add of every rank's payload (top-k, DGC, ...).
+  bool gatherable = false;
+  // Chunks may be decompressed, summed and compressed again (scatter-reduce-allgather: QSGD, TernGrad, 1-bit).
+  bool requantizable = false;
+  // Compression loses information (error feedback applies).
+  bool lossy = false;
+  // Element type of a summable body.
+  DType wire_dtype = DType::kF32;
+};
+
+// "summable,lossy" style list, for humans.
+std::string describe_traits(const CompressorTraits& traits);
+
+// Per-call information. Must be identical on every rank for the same tensor and step (random streams depend on it).
+struct CompressContext {
+  // Stable tensor name: keys the error-feedback state and the random streams. Must not be empty.
+  std::string_view name;
+  // Training step, incremented by the caller once per optimizer step (random-k and DGC warm-up depend on it).
+  std::uint64_t step = 0;
+  int rank = 0;
+  int world_size = 1;
+  // Values are multiplied by this before encoding (fp16 uses 1/world_size so a half-precision sum cannot overflow).
+  float prescale = 1.0f;
+};
+
+// What the last compress() call observed, for logging and stats.
+struct CompressStats {
+  std::size_t numel = 0;
+  std::size_t payload_bytes = 0;
+  std::size_t selected = 0;     // elements transmitted (sparsifiers), numel for dense codecs
+  std::size_t saturated = 0;    // values clamped to the wire type's range (fp16)
+  std::size_t nonfinite = 0;    // NaN/Inf found in the input
+  bool skipped = false;         // the step was skipped by the non-finite policy
+};
+
+// Whether decompress() overwrites its output or adds to it.
+enum class DecodeMode { kOverwrite, kAccumulate };
+
+// A gradient codec with optional error feedback. Instances are stateful and not thread-safe: use one instance per
+// thread, or serialize calls. Memory of every span/view is owned by the caller.
+class Compressor {
+ public:
+  virtual ~Compressor() = default;
+
+  // Registry name, e.g. "topk".
+  virtual std::string_view name() const = 0;
+  // Canonical spec with every parameter spelled out, e.g. "topk:ratio=0.01,ef=on,values=f32". Parsing it yields an
+  // equivalent compressor.
+  virtual std::string spec() const = 0;
+  virtual CompressorTraits traits() const = 0;
+
+  // Upper bound, in bytes, of the payload for a tensor of `numel` elements.
+  virtual std::size_t max_payload_bytes(std::size_t numel) const = 0;
+
+  // Compresses `grad` into `out` (same device as grad, at least max_payload_bytes(grad.numel()) bytes), applying and
+  // updating the error-feedback state of `ctx.name`. Returns the payload size in bytes.
+  // Throws InvalidArgument (bad dtype, small buffer, non-finite input under the "raise" policy, state of another size).
+  virtual std::size_t compress(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx) = 0;
+
+  // Decodes `payload` into `out` (numel and dtype as compressed). Validates the payload first: a truncated or
+  // corrupt one throws CorruptPayload and leaves `out` untouched.
+  virtual void decompress(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode) = 0;
+
+  // Serialized state of every tensor name (residuals, momenta, steps). load_state(save_state()) restores it so that
+  // the next compress() is bit-identical to an uninterrupted run. load_state throws InvalidArgument for state of
+  // another codec, and CorruptPayload for damaged bytes.
+  virtual std::vector<std::byte> save_state() const = 0;
+  virtual void load_state(std::span<const std::byte> state) = 0;
+  // Forgets all per-tensor state.
+  virtual void reset_state() = 0;
+
+  // Worker threads for large CPU tensors (0 = all hardware threads, 1 = serial). Results never depend on it.
+  virtual void set_threads(int threads) = 0;
+
+  // Statistics of the last compress() call.
+  virtual CompressStats last_stats() const = 0;
+};
+
+// Host convenience: compresses a CPU tensor into a new buffer of exactly the payload's size.
+std::vector<std::byte> compress_to_vector(Compressor& compressor, const TensorView& grad, const CompressContext& ctx);
+
+}  // namespace gradcomp

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# gradcomp's test command: installs what is missing, configures, builds, runs every CTest label that can run on this
+# machine (cpu, mpi, python; gpu tests report "no CUDA device" as skipped) and prints one summary line
+# "N passed, N failed, N skipped". Exits non-zero on any failure.
+#
+# usage: scripts/test.sh [--sanitize] [--fuzz [SECONDS]] [--label L] [--no-cuda] [--build-dir DIR] [--help]
+#   --sanitize     build with ASan + UBSan into build-sanitize/ and run the cpu tests
+#   --fuzz [S]     build the libFuzzer targets with clang and run each for S seconds (default 60)
+#   --label L      run only CTest tests with label L (cpu, mpi, gpu, python)
+#   --no-cuda      configure without the CUDA kernels (faster build)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+source scripts/deps.sh
+
+sanitize=0; fuzz=0; fuzz_seconds=60; label=""; cuda=ON; build_dir=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --sanitize) sanitize=1 ;;
+    --fuzz) fuzz=1; if [[ "${2:-}" =~ ^[0-9]+$ ]]; then fuzz_seconds=$2; shift; fi ;;
+    --label) label=$2; shift ;;
+    --no-cuda) cuda=OFF ;;
+    --build-dir) build_dir=$2; shift ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "test.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || cuda=OFF
+export PATH=$PATH:/usr/local/cuda/bin
+
+extra_packages=()
+[ $fuzz -eq 1 ] && extra_packages+=(clang libclang-rt-14-dev)
+gradcomp_install_all "${extra_packages[@]}"
+export CCACHE_DIR=${CCACHE_DIR:-$HOME/.cache/ccache}
+export CCACHE_MAXSIZE=${CCACHE_MAXSIZE:-5G}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+if [ $fuzz -eq 1 ]; then
+  exec "$ROOT/scripts/fuzz.sh" "$fuzz_seconds"
+fi
+
+if [ $sanitize -eq 1 ]; then
+  build_dir=${build_dir:-build-sanitize}
+  cmake_flags=(-DGRADCOMP_SANITIZE=ON -DGRADCOMP_WITH_CUDA=OFF -DGRADCOMP_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+  label=${label:-cpu}
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
+else
+  build_dir=${build_dir:-build}
+  cmake_flags=(-DGRADCOMP_WITH_CUDA=$cuda -DCMAKE_BUILD_TYPE=Release)
+fi
+
+echo "[test] configure $build_dir (${cmake_flags[*]})"
+cmake -S . -B "$build_dir" -G Ninja "${cmake_flags[@]}" \
+  -DGRADCOMP_WITH_PYTHON=ON -DPython_EXECUTABLE="$GRADCOMP_VENV/bin/python" >"$build_dir.configure.log" 2>&1 \
+  || { cat "$build_dir.configure.log"; exit 1; }
+echo "[test] build (2 jobs)"
+cmake --build "$build_dir" -j 2
+
+echo "[test] ctest ${label:+(label $label)}"
+junit="$ROOT/$build_dir/ctest-junit.xml"
+set +e
+(cd "$build_dir" && ctest --output-on-failure -j 2 ${label:+-L "$label"} --output-junit "$junit")
+ctest_rc=$?
+set -e
+
+counts=$(python3 - "$junit" <<'PY'
+import sys, xml.etree.ElementTree as ET
+passed = failed = skipped = 0
+try:
+    root = ET.parse(sys.argv[1]).getroot()
+except Exception:
+    print("0 1 0"); sys.exit()
+for case in root.iter("testcase"):
+    status = case.get("status", "run")
+    if case.find("failure") is not None or case.find("error") is not None:
+        failed += 1
+    elif case.find("skipped") is not None or status in ("notrun", "disabled"):
+        skipped += 1
+    else:
+        passed += 1
+print(passed, failed, skipped)
+PY
+)
+read -r passed failed skipped <<<"$counts"
+if [ $ctest_rc -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

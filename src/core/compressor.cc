@@ -1,0 +1,27 @@
+#include "gradcomp/compressor.h"
+
+#include <vector>
+
+#include <fmt/ranges.h>
+
+#include "gradcomp/error.h"
+
+namespace gradcomp {
+
+std::string describe_traits(const CompressorTraits& traits) {
+  std::vector<std::string> parts;
+  if (traits.summable) parts.push_back(fmt::format("summable({})", dtype_name(traits.wire_dtype)));
+  if (traits.gatherable) parts.emplace_back("gatherable");
+  if (traits.requantizable) parts.emplace_back("requantizable");
+  parts.emplace_back(traits.lossy ? "lossy" : "lossless");
+  return fmt::format("{}", fmt::join(parts, ","));
+}
+
+std::vector<std::byte> compress_to_vector(Compressor& compressor, const TensorView& grad, const CompressContext& ctx) {
+  GRADCOMP_CHECK(grad.device().is_cpu(), "compress_to_vector needs a CPU tensor, got {}", grad.describe());
+  std::vector<std::byte> out(compressor.max_payload_bytes(grad.numel()));
+  out.resize(compressor.compress(grad, out, ctx));
+  return out;
+}
+
+}  // namespace gradcomp

@@ -1,0 +1,103 @@
+// The generic part of the compressor registry: adding kinds and validating specs against their declared parameters.
+#include "gradcomp/registry.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "gradcomp/error.h"
+
+namespace gradcomp {
+
+std::string normalize_param_value(std::string_view codec, const ParamSpec& param, const std::string& raw);
+
+namespace {
+std::string names_of(const std::vector<std::unique_ptr<CompressorInfo>>& infos) {
+  std::vector<std::string> names;
+  for (const auto& info : infos) names.push_back(info->name);
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+std::string describe_params(const CompressorInfo& info) {
+  if (info.params.empty()) return "it takes no parameters";
+  std::vector<std::string> parts;
+  for (const auto& param : info.params) {
+    parts.push_back(param.default_value.empty()
+                        ? fmt::format("{} ({})", param.name, describe_param_type(param))
+                        : fmt::format("{} ({}, default {})", param.name, describe_param_type(param),
+                                      param.default_value));
+  }
+  return fmt::format("valid parameters: {}", fmt::join(parts, "; "));
+}
+}  // namespace
+
+void Registry::add(CompressorInfo info) {
+  GRADCOMP_CHECK(!info.name.empty() && std::all_of(info.name.begin(), info.name.end(),
+                                                   [](char c) {
+                                                     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                                                            c == '_';
+                                                   }),
+                 "compressor name '{}' must be non-empty lower-case letters, digits or '_'", info.name);
+  GRADCOMP_CHECK(static_cast<bool>(info.factory), "compressor '{}' has no factory", info.name);
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& existing : infos_) {
+    GRADCOMP_CHECK(existing->name != info.name, "a compressor named '{}' is already registered", info.name);
+  }
+  infos_.push_back(std::make_unique<CompressorInfo>(std::move(info)));
+}
+
+bool Registry::contains(std::string_view name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return std::any_of(infos_.begin(), infos_.end(), [&](const auto& info) { return info->name == name; });
+}
+
+const CompressorInfo& Registry::info(std::string_view name) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& info : infos_) {
+    if (info->name == name) return *info;
+  }
+  throw InvalidArgument(fmt::format("unknown compressor '{}' (registered: {})", name, names_of(infos_)));
+}
+
+std::vector<CompressorInfo> Registry::list() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<CompressorInfo> result;
+  for (const auto& info : infos_) result.push_back(*info);
+  return result;
+}
+
+Params Registry::validate(std::string_view spec) const {
+  const ParsedSpec parsed = parse_spec(spec);
+  const CompressorInfo& kind = info(parsed.name);
+  std::map<std::string, std::string> values;
+  std::vector<std::string> given;
+  for (const auto& [key, raw] : parsed.params) {
+    const auto it = std::find_if(kind.params.begin(), kind.params.end(), [&](const auto& p) { return p.name == key; });
+    GRADCOMP_CHECK(it != kind.params.end(), "compressor '{}' has no parameter '{}' ({})", kind.name, key,
+                   describe_params(kind));
+    values[key] = normalize_param_value(kind.name, *it, raw);
+    given.push_back(key);
+  }
+  for (const auto& param : kind.params) {
+    if (!values.count(param.name) && !param.default_value.empty()) values[param.name] = param.default_value;
+  }
+  return Params(kind.name, std::move(values), std::move(given));
+}
+
+std::unique_ptr<Compressor> Registry::create(std::string_view spec) const {
+  Params params = validate(spec);
+  const ParsedSpec parsed = parse_spec(spec);
+  std::function<std::unique_ptr<Compressor>(const Params&)> factory;
+  {
+    const CompressorInfo& kind = info(parsed.name);
+    factory = kind.factory;
+  }
+  auto compressor = factory(params);
+  GRADCOMP_ASSERT(compressor != nullptr, "factory of '{}' returned null", parsed.name);
+  return compressor;
+}
+
+std::unique_ptr<Compressor> make_compressor(std::string_view spec) { return default_registry().create(spec); }
+
+}  // namespace gradcomp
