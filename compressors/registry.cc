@@ -3,13 +3,23 @@
 
 #include "compressors/none.h"
 
+// Quantizers (one include each, below this line).
+
+
+// Sparsifiers (one include each, below this line).
+
+
 namespace gradcomp {
 
 namespace {
 void register_builtins(Registry& registry) {
   registry.add(none_compressor_info());
-  // Quantizers (fp16, bf16, qsgd, terngrad, onebit) and sparsifiers (topk, randomk, blocktopk, dgc) are added
-  // below, one line each, in the order `gradcomp list` shows them.
+
+  // Quantizers: fp16, bf16, qsgd, terngrad, onebit (one line each, below this comment).
+
+
+  // Sparsifiers: topk, randomk, blocktopk, dgc (one line each, below this comment).
+
 }
 }  // namespace
 
