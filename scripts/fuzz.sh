@@ -26,18 +26,21 @@ cmake --build "$build_dir" -j 2 --target decode_fuzz
 corpus="$build_dir/corpus/decode"
 artifacts="$build_dir/artifacts"
 mkdir -p "$corpus" "$artifacts"
-# Seeds: "valid-then-mutated" inputs (byte 1 bit 3) for the first 32 codec slots, numel 300 and 5.
+# Seeds: valid payloads of every codec (raw mode, written by the target itself) and "valid-then-mutated" inputs (byte 1 bit 3) for the first 32 codec slots, numel 300 and 5.
 for codec in $(seq 0 31); do
   printf "\\x$(printf %02x "$codec")\\x08\\x2c\\x01" >"$corpus/seed-$codec-300"
   printf "\\x$(printf %02x "$codec")\\x09\\x05\\x00" >"$corpus/seed-$codec-5"
 done
+
+GRADCOMP_FUZZ_WRITE_SEEDS="$corpus" "$build_dir/tests/fuzz/decode_fuzz" >/dev/null 2>&1 ||
+  { echo "fuzz.sh: writing the seed corpus failed" >&2; exit 1; }
 
 echo "[fuzz] running decode_fuzz for ${seconds}s"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 set +e
 "$build_dir/tests/fuzz/decode_fuzz" "$corpus" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 \
-  -max_len=4096 -print_final_stats=1 -artifact_prefix="$artifacts/" 2>&1 | tee "$build_dir/fuzz.log" | tail -n 40
+  -max_len=4096 -len_control=20 -print_final_stats=1 -artifact_prefix="$artifacts/" 2>&1 | tee "$build_dir/fuzz.log" | tail -n 40
 rc=${PIPESTATUS[0]}
 set -e
 if [ "$rc" -ne 0 ]; then
