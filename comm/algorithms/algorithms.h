@@ -31,8 +31,9 @@ struct Call {
 void run_dense(Call& call);
 // allgatherv of every rank's payload, then decompress-and-add in rank order.
 void run_allgather(Call& call);
-// (index, value) pairs of the decompressed payload, allgatherv, add in rank order; a dense f32 allreduce instead
-// when the summed nonzero count passes options.sparse_switch_density * numel (SparCML's switch).
+// allgatherv of the payloads and decode-and-add in rank order while the summed payload bytes stay below
+// options.sparse_switch_density * 8 * numel; past that, every rank decodes its own and a dense f32 allreduce sums them
+// (SparCML's switch).
 void run_sparse(Call& call);
 // scatter-reduce-allgather over `size` chunks with requantization by the chunk owner.
 void run_scatter_reduce_allgather(Call& call);

@@ -1,27 +1,20 @@
-// Sparse allreduce with a dense switch (after SparCML, Renggli et al. 2019). Each rank turns what its compressor
-// transmitted into (index, value) pairs (decode into a scratch dense buffer, scan the nonzeros), and the ranks agree
-// on the total count first: while the pairs are cheaper than a dense ring allreduce they are allgathered and added in
-// rank order (kAverage: each value divided by n as it is added); past the break-even density the decoded tensors are
-// summed with a dense f32 allreduce instead.
+// Sparse allreduce with a dense switch (after SparCML, Renggli et al. 2019). The sparse representation is the codec's
+// own self-describing payload (top-k, DGC, ... carry (index, value) pairs): the ranks first agree on the payload sizes
+// (one allgather of a u64). While the payloads together are smaller than the break-even of a dense f32 ring allreduce
+// — sum of payload bytes <= sparse_switch_density * 8 * numel, i.e. (n-1)/n * sum <= 2(n-1)/n * 4 * numel at 1.0 —
+// they are allgathered and decoded-and-added in rank order; past it every rank decodes its own payload and the
+// decoded tensors are summed with a dense f32 allreduce (stats.switched_to_dense). Either way all ranks end
+// bit-identical. (Decoding to a dense buffer and re-extracting the nonzeros as pairs was the first version: it cost
+// two extra passes over the tensor for no bytes saved, see docs/comm.md.)
 #include <cstdint>
 #include <cstring>
 #include <memory>
-#include <limits>
 #include <numeric>
 
 #include "comm/algorithms/algorithms.h"
 #include "gradcomp/error.h"
 
 namespace gradcomp::algorithms {
-namespace {
-
-struct Pair {
-  std::uint32_t index;
-  float value;
-};
-static_assert(sizeof(Pair) == 8);
-
-}  // namespace
 
 void run_sparse(Call& call) {
   const int n = call.comm.size();
@@ -29,69 +22,62 @@ void run_sparse(Call& call) {
   Bytes payload = compress_part(call, call.tensor, call.name, 1.0f);
   call.stats.payload_bytes = payload.size();
 
-  std::unique_ptr<float[]> dense_storage(new float[numel > 0 ? numel : 1]);  // fully written by decompress
-  const std::span<float> dense(dense_storage.get(), numel);
-  std::vector<Pair> pairs;
-  {
-    Stopwatch watch(call.stats.decompress_s);
-    call.compressor.decompress(payload, TensorView(numel ? dense.data() : nullptr, numel, DType::kF32),
-                               DecodeMode::kOverwrite);
-    for (std::size_t i = 0; i < numel; ++i) {
-      if (dense[i] != 0.0f) pairs.push_back({static_cast<std::uint32_t>(i), dense[i]});
-    }
-  }
-
-  std::vector<std::uint64_t> nnz;
+  std::vector<std::uint64_t> sizes;
   {
     Stopwatch watch(call.stats.communicate_s);
-    nnz = allgather_u64(call.comm, pairs.size());
+    sizes = allgather_u64(call.comm, payload.size());
   }
-  const std::uint64_t total = std::accumulate(nnz.begin(), nnz.end(), std::uint64_t{0});
-  const bool go_dense = numel > std::numeric_limits<std::uint32_t>::max() ||
-                        static_cast<double>(total) > call.options.sparse_switch_density * static_cast<double>(numel);
   call.stats.wire_bytes += n > 1 ? 8 * (n - 1) : 0;
+  const std::uint64_t total = std::accumulate(sizes.begin(), sizes.end(), std::uint64_t{0});
+  const bool go_dense =
+      static_cast<double>(total) > call.options.sparse_switch_density * 8.0 * static_cast<double>(numel);
   call.stats.switched_to_dense = go_dense;
+
+  // The sum goes straight into the tensor when it is f32 (its input was consumed by compress()).
+  std::unique_ptr<float[]> scratch;
+  float* sum = static_cast<float*>(call.tensor.data());
+  if (call.tensor.dtype() != DType::kF32) {
+    scratch.reset(new float[numel > 0 ? numel : 1]);
+    sum = scratch.get();
+  }
+  const TensorView sum_view(numel ? sum : nullptr, numel, DType::kF32);
 
   if (go_dense) {
     {
+      Stopwatch watch(call.stats.decompress_s);
+      call.compressor.decompress(payload, sum_view, DecodeMode::kOverwrite);
+    }
+    {
       Stopwatch watch(call.stats.communicate_s);
-      call.comm.allreduce(TensorView(numel ? dense.data() : nullptr, numel, DType::kF32), ReduceOp::kSum);
+      call.comm.allreduce(sum_view, ReduceOp::kSum);
     }
     call.stats.wire_bytes += ring_allreduce_bytes(numel * sizeof(float), n);
   } else {
-    std::vector<std::size_t> counts(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r) counts[r] = static_cast<std::size_t>(nnz[r]) * sizeof(Pair);
-    std::vector<Pair> gathered(total);
+    std::vector<std::size_t> counts(sizes.begin(), sizes.end());
+    std::vector<std::byte> gathered(static_cast<std::size_t>(total));
     {
       Stopwatch watch(call.stats.communicate_s);
-      call.comm.allgatherv(std::as_bytes(std::span(pairs)), counts, std::as_writable_bytes(std::span(gathered)));
+      call.comm.allgatherv(payload, counts, gathered);
     }
-    call.stats.wire_bytes += ring_allgather_bytes(total * sizeof(Pair), n);
+    call.stats.wire_bytes += ring_allgather_bytes(gathered.size(), n);
     Stopwatch watch(call.stats.decompress_s);
-    // Sum straight into the tensor when it is f32 (its input was consumed by compress()); only touched entries are
-    // written after the clear, and kAverage divides each pair's value, so no further pass over the dense tensor.
-    float* sum = call.tensor.dtype() == DType::kF32 ? static_cast<float*>(call.tensor.data()) : dense.data();
-    if (numel > 0) std::memset(sum, 0, numel * sizeof(float));
-    const float divisor = call.options.op == ReduceOp::kAverage ? static_cast<float>(n) : 1.0f;
-    std::size_t union_nnz = 0;
-    for (const Pair& pair : gathered) {
-      GRADCOMP_CHECK_AS(CommError, pair.index < numel,
-                        "compressed_allreduce('{}'): sparse pair index {} out of range of {} elements (rank {})",
-                        call.name, pair.index, numel, call.comm.rank());
-      union_nnz += sum[pair.index] == 0.0f;
-      sum[pair.index] += pair.value / divisor;
+    std::size_t offset = 0;
+    for (int r = 0; r < n; ++r) {
+      call.compressor.decompress(std::span(gathered).subspan(offset, counts[r]), sum_view,
+                                 r == 0 ? DecodeMode::kOverwrite : DecodeMode::kAccumulate);
+      offset += counts[r];
     }
-    call.stats.union_nnz = union_nnz;
-    if (sum == dense.data()) store_f32(dense, call.tensor);
-    return;
   }
 
   Stopwatch watch(call.stats.decompress_s);
-  if (call.options.op == ReduceOp::kAverage && n > 1) {
-    const float divisor = static_cast<float>(n);
-    for (float& value : dense) value /= divisor;
+  const float divisor = call.options.op == ReduceOp::kAverage ? static_cast<float>(n) : 1.0f;
+  std::size_t nonzero = 0;
+  for (std::size_t i = 0; i < numel; ++i) {
+    if (divisor != 1.0f) sum[i] /= divisor;
+    nonzero += sum[i] != 0.0f;
   }
-  store_f32(dense, call.tensor);
+  if (!go_dense) call.stats.union_nnz = nonzero;
+  store_f32({sum, numel}, call.tensor);
 }
 
 }  // namespace gradcomp::algorithms

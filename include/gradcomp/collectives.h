@@ -45,8 +45,10 @@ struct AllreduceOptions {
   // this call (a collective split: pass `nodes` when calling repeatedly).
   bool hierarchical = false;
   NodeGroups* nodes = nullptr;
-  // Sparse allreduce switches to a dense f32 allreduce when sum over ranks of nonzeros > switch_density * numel.
-  // 1.0 is the break-even of 8-byte (index, value) pairs against a dense f32 ring allreduce.
+  // Sparse allreduce switches to a dense f32 allreduce when the payloads of all ranks together exceed
+  // sparse_switch_density * 8 * numel bytes. 1.0 is the break-even of an allgather against a dense f32 ring
+  // allreduce ((n-1)/n * sum of payloads vs 2(n-1)/n * 4 * numel); with 8-byte (index, value) pairs it is a summed
+  // density of 1.
   double sparse_switch_density = 1.0;
 };
 
@@ -59,7 +61,7 @@ struct AllreduceStats {
   // allgatherv (n-1)/n * sum of payloads, alltoallv the bytes sent to other ranks.
   std::size_t wire_bytes = 0;
   bool switched_to_dense = false;  // sparse allreduce went dense
-  std::size_t union_nnz = 0;       // sparse allreduce: distinct indices in the union (0 when it went dense)
+  std::size_t union_nnz = 0;       // sparse allreduce: nonzeros of the aggregated result (0 when it went dense)
   bool hierarchical = false;
   double compress_s = 0, communicate_s = 0, decompress_s = 0;
 };
