@@ -157,6 +157,11 @@ class Runtime {
   // Error-feedback residual of `name` (f32, numel elements), empty if the runtime holds none.
   std::vector<float> residual(std::string_view name) const;
 
+  // Changes the fusion threshold (bytes; 0 disables fusion) from the next cycle on. Rank 0's value is used by every
+  // rank (it travels in the negotiation message), so call it on rank 0, or on every rank alike.
+  void set_fusion_threshold(std::size_t bytes);
+  std::size_t fusion_threshold() const;
+
   int rank() const;
   int size() const;
   const RuntimeOptions& options() const;
