@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gradcomp/collectives.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/tensor.h"
 
@@ -59,6 +60,8 @@ struct RuntimeOptions {
   std::string timeline_path = default_timeline_path();
   // Reduction applied to every tensor.
   ReduceOp op = ReduceOp::kAverage;
+  // Collective algorithm of every buffer (kAuto: chosen from the codec's traits, see collectives.h).
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
   // Names remembered by the response cache (one bit each in the steady-state negotiation message).
   std::size_t cache_capacity = 4096;
   // Link bandwidth (bytes/s) assumed by "auto"; 0 = measured at start-up with a dense allreduce.

@@ -31,18 +31,24 @@ struct Captured {
 // compressing twice. Compressions of other memory (SRA's re-quantized sums) are not captured.
 class CapturingCompressor final : public Compressor {
  public:
-  CapturingCompressor(Compressor& inner, const TensorView& target) : inner_(inner), target_(target) {}
+  // `inner` compresses the fusion buffer (and its chunks); `other` (may equal inner) everything else, e.g. the
+  // re-quantized partial sums of scatter-reduce-allgather, which keep the codec's own error feedback.
+  CapturingCompressor(Compressor& inner, Compressor& other, const TensorView& target)
+      : inner_(inner), other_(other), target_(target) {}
 
   std::string_view name() const override { return inner_.name(); }
   std::string spec() const override { return inner_.spec(); }
   CompressorTraits traits() const override { return inner_.traits(); }
   std::size_t max_payload_bytes(std::size_t numel) const override { return inner_.max_payload_bytes(numel); }
   std::size_t compress(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx) override {
-    const std::size_t size = inner_.compress(grad, out, ctx);
     const auto* base = static_cast<const std::byte*>(target_.data());
     const auto* at = static_cast<const std::byte*>(grad.data());
     const std::size_t elem = dtype_size(target_.dtype());
-    if (grad.numel() > 0 && grad.dtype() == target_.dtype() && at >= base && at + grad.bytes() <= base + target_.bytes()) {
+    const bool mine = grad.numel() > 0 && grad.dtype() == target_.dtype() && at >= base &&
+                      at + grad.bytes() <= base + target_.bytes();
+    if (!mine) return other_.compress(grad, out, ctx);
+    const std::size_t size = inner_.compress(grad, out, ctx);
+    {
       Captured captured;
       captured.offset = static_cast<std::size_t>(at - base) / elem;
       captured.numel = grad.numel();
@@ -68,6 +74,7 @@ class CapturingCompressor final : public Compressor {
 
  private:
   Compressor& inner_;
+  Compressor& other_;
   TensorView target_;
   std::vector<Captured> captures_;
   std::size_t covered_ = 0;
@@ -116,6 +123,7 @@ Codec& Executor::codec_for(const std::string& spec, DType dtype) {
   codec.spec = spec;
   codec.runtime_ef = runtime_ef;
   codec.compressor = make_compressor(runtime_ef ? with_error_feedback(spec, false) : spec);
+  if (runtime_ef) codec.second = make_compressor(spec);
   codec.traits = codec.compressor->traits();
   return codecs_.emplace(key, std::move(codec)).first->second;
 }
@@ -268,10 +276,11 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
   if (timeline_ && !single) timeline_->event("copy_in", "fusion", 1, copy_start, copy_end);
 
   // One compressed allreduce over the buffer.
-  CapturingCompressor capturing(*codec.compressor, buffer);
+  CapturingCompressor capturing(*codec.compressor, codec.second ? *codec.second : *codec.compressor, buffer);
   AllreduceOptions options;
   options.op = options_.op;
   options.verify = false;  // names, sizes and specs were negotiated
+  options.algorithm = options_.algorithm;
   options.step = steps_[buffer_name]++;
   const auto call_start = Clock::now();
   AllreduceStats stats = compressed_allreduce(comm_, capturing, buffer, buffer_name, options);

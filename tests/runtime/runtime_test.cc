@@ -236,7 +236,10 @@ TEST(Runtime, TimelineIsValidJsonWithEveryPhase) {
   }
 }
 
-TEST(Runtime, ResidualsStayRightWhenFusionThresholdChanges) {
+class Residuals : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Residuals, StayRightWhenFusionThresholdChanges) {
+  const std::string spec = GetParam();
   // Per name and element: sum over steps of the averaged results + average over ranks of the final residual must
   // equal the average over ranks of the summed gradients (nothing lost, nothing counted twice), whatever the grouping.
   const std::vector<std::size_t> sizes = {3000, 500, 12000, 64, 2500};
@@ -249,7 +252,11 @@ TEST(Runtime, ResidualsStayRightWhenFusionThresholdChanges) {
   }
   std::mutex mutex;
   run_ranks(kRanks, [&](Communicator& comm) {
-    Runtime rt(comm, quiet_options(0));
+    RuntimeOptions options = quiet_options(0);
+    // The result must be the average of what the ranks transmitted (scatter-reduce-allgather re-quantizes the sums,
+    // which this identity does not see): allgather for every codec.
+    options.algorithm = AllreduceAlgorithm::kAllgather;
+    Runtime rt(comm, options);
     const std::size_t thresholds[kSteps] = {0, 1 << 20, 10000, 40000, 0, 1 << 20};
     for (int step = 0; step < kSteps; ++step) {
       rt.set_fusion_threshold(thresholds[step]);
@@ -265,7 +272,7 @@ TEST(Runtime, ResidualsStayRightWhenFusionThresholdChanges) {
       // Arrival order changes every step, too.
       for (std::size_t k = 0; k < sizes.size(); ++k) {
         const std::size_t t = (k + step) % sizes.size();
-        rt.allreduce_async(fmt::format("p{}", t), TensorView::of(std::span<float>(data[t])), "topk:ratio=0.05");
+        rt.allreduce_async(fmt::format("p{}", t), TensorView::of(std::span<float>(data[t])), spec);
       }
       rt.synchronize();
       if (comm.rank() == 0) {
@@ -293,7 +300,30 @@ TEST(Runtime, ResidualsStayRightWhenFusionThresholdChanges) {
       residual_norm += std::abs(residual_sum[t][i]);
     }
   }
-  EXPECT_GT(residual_norm, 1.0) << "top-k should have left residuals";
+  EXPECT_GT(residual_norm, 1.0) << "the lossy codec should have left residuals";
+}
+
+// topk: one payload per buffer (sparse allreduce); qsgd: per-chunk payloads (scatter-reduce-allgather).
+INSTANTIATE_TEST_SUITE_P(Codecs, Residuals, ::testing::Values("topk:ratio=0.05", "qsgd:bits=4"),
+                         [](const auto& info) { return std::string(info.param).substr(0, 4); });
+
+TEST(Runtime, ScatterReduceAllgatherCodecThroughFusion) {
+  // qsgd runs scatter-reduce-allgather: its chunks are compressed from the fusion buffer and captured, the
+  // re-quantized sums keep the codec's own residuals. The result stays close to the true average.
+  run_ranks(3, [&](Communicator& comm) {
+    Runtime rt(comm, quiet_options());
+    std::vector<std::vector<float>> data(4, std::vector<float>(3001));
+    for (int t = 0; t < 4; ++t) {
+      for (std::size_t i = 0; i < data[t].size(); ++i) data[t][i] = std::sin(0.01f * i + t) * (comm.rank() + 1);
+      rt.allreduce_async(fmt::format("q{}", t), TensorView::of(std::span<float>(data[t])), "qsgd:bits=8");
+    }
+    rt.synchronize();
+    for (int t = 0; t < 4; ++t) {
+      for (std::size_t i = 0; i < data[t].size(); ++i) ASSERT_NEAR(data[t][i], 2 * std::sin(0.01f * i + t), 0.08);
+      EXPECT_EQ(rt.residual(fmt::format("q{}", t)).size(), 3001u);
+    }
+    EXPECT_EQ(rt.stats().buffers.at(0).algorithm, "sra");
+  });
 }
 
 TEST(Runtime, CallbacksAndPolicyRules) {
