@@ -25,6 +25,7 @@ struct Config {
   int steps = 3;
   int warmup = 1;
   std::size_t threshold = std::size_t{64} << 20;
+  std::size_t tensor_limit = default_fusion_tensor_limit();
   double cycle_ms = 1.0;
   double timeout_s = 600;
   bool json = false;
@@ -38,6 +39,7 @@ void usage() {
       "  --spec S       compressor spec; repeat for several (default: none and topk:ratio=0.01)\n"
       "  --steps N      timed steps per row (default 3), after --warmup N untimed steps (default 1)\n"
       "  --threshold B  fusion threshold of the fused run, bytes (default 64 MiB; the unfused run uses 0)\n"
+      "  --tensor-limit B  largest tensor copied into a fusion buffer, bytes (default 0 = no limit)\n"
       "  --cycle-ms T   negotiation cycle time (default 1)\n"
       "  --timeout S    communicator timeout, seconds (default 600)\n"
       "  --json         one JSON object per row\n"
@@ -100,6 +102,7 @@ Run run_once(Communicator& comm, Communicator& control, const Config& config, co
   {
     RuntimeOptions options;
     options.fusion_threshold_bytes = threshold;
+    options.fusion_tensor_limit_bytes = config.tensor_limit;
     options.cycle_time_ms = config.cycle_ms;
     Runtime rt(comm, options);
     double total = 0;
@@ -151,8 +154,10 @@ int run_all(Communicator& comm, const Config& config) {
   const bool root = comm.rank() == 0;
   const auto control = comm.split(0, comm.rank());
   if (root && !config.json) {
-    fmt::print("# fusion_bench: {} ranks ({}), steps {} (+{} warm-up), fused threshold {} B, cycle {} ms\n",
-               comm.size(), comm.backend(), config.steps, config.warmup, config.threshold, config.cycle_ms);
+    fmt::print("# fusion_bench: {} ranks ({}), steps {} (+{} warm-up), fused threshold {} B, tensor limit {} B, "
+               "cycle {} ms\n",
+               comm.size(), comm.backend(), config.steps, config.warmup, config.threshold, config.tensor_limit,
+               config.cycle_ms);
     fmt::print("{:>9} {:>18} {:>5} {:>7} {:>11} {:>10} {:>10} {:>8} {:>9} {:>9} {:>12} {:>12} {:>6}\n", "workload",
                "spec", "ranks", "tensors", "bytes", "fused_s", "unfused_s", "speedup", "fused_msg", "unfus_msg",
                "fused_wire", "unfused_wire", "#wrong");
@@ -217,6 +222,8 @@ int main(int argc, char** argv) {
         config.warmup = std::stoi(value());
       } else if (arg == "--threshold") {
         config.threshold = std::stoull(value());
+      } else if (arg == "--tensor-limit") {
+        config.tensor_limit = std::stoull(value());
       } else if (arg == "--cycle-ms") {
         config.cycle_ms = std::stod(value());
       } else if (arg == "--timeout") {

@@ -44,6 +44,8 @@ struct CompressionPolicy {
 
 // Fusion threshold from GRADCOMP_FUSION_THRESHOLD (bytes), else 64 MiB.
 std::size_t default_fusion_threshold();
+// Largest tensor copied into a fusion buffer, from GRADCOMP_FUSION_TENSOR_LIMIT (bytes), else 0 (no limit).
+std::size_t default_fusion_tensor_limit();
 // Timeline path from GRADCOMP_TIMELINE, else "" (no timeline).
 std::string default_timeline_path();
 // Cycle time from GRADCOMP_CYCLE_TIME_MS, else 1 ms.
@@ -54,6 +56,10 @@ struct RuntimeOptions {
   double cycle_time_ms = default_cycle_time_ms();
   // Largest fusion buffer, bytes. Tensors at least this large travel alone; 0 disables fusion.
   std::size_t fusion_threshold_bytes = default_fusion_threshold();
+  // Tensors larger than this (bytes) are never copied into a fusion buffer: they travel alone, in place, because
+  // for them the copies in and out cost more than the per-message latency fusion saves (0 = no limit, Horovod's
+  // behaviour). Default from GRADCOMP_FUSION_TENSOR_LIMIT, else 0.
+  std::size_t fusion_tensor_limit_bytes = default_fusion_tensor_limit();
   CompressionPolicy policy;
   // Chrome-trace JSON output ("" = none). "{rank}" in the path is replaced by the rank; without it only rank 0
   // writes. The file is complete (valid JSON) once the runtime has shut down.

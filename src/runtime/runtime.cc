@@ -33,17 +33,21 @@ const char* env(const char* name) {
 
 std::chrono::duration<double> to_seconds(Clock::duration d) { return std::chrono::duration<double>(d); }
 
-}  // namespace
-
-std::size_t default_fusion_threshold() {
-  if (const char* value = env("GRADCOMP_FUSION_THRESHOLD")) {
+std::size_t env_bytes(const char* name, std::size_t fallback) {
+  if (const char* value = env(name)) {
     char* end = nullptr;
     const unsigned long long bytes = std::strtoull(value, &end, 10);
-    GRADCOMP_CHECK(end != value && *end == '\0', "GRADCOMP_FUSION_THRESHOLD='{}' is not a byte count", value);
+    GRADCOMP_CHECK(end != value && *end == '\0', "{}='{}' is not a byte count", name, value);
     return static_cast<std::size_t>(bytes);
   }
-  return std::size_t{64} << 20;
+  return fallback;
 }
+
+}  // namespace
+
+std::size_t default_fusion_threshold() { return env_bytes("GRADCOMP_FUSION_THRESHOLD", std::size_t{64} << 20); }
+
+std::size_t default_fusion_tensor_limit() { return env_bytes("GRADCOMP_FUSION_TENSOR_LIMIT", 0); }
 
 std::string default_timeline_path() {
   const char* value = env("GRADCOMP_TIMELINE");
@@ -385,7 +389,14 @@ class Runtime::Impl {
       }
     }
     const auto groups = runtime::plan_fusion(ready, threshold,
-                                             [&](std::size_t i) { return executor_.fusible(ready[i].signature); });
+                                             [&](std::size_t i) {
+                                               const auto& sig = ready[i].signature;
+                                               const std::size_t limit = options_.fusion_tensor_limit_bytes;
+                                               if (limit > 0 && sig.numel * dtype_size(sig.dtype) > limit) {
+                                                 return false;
+                                               }
+                                               return executor_.fusible(sig);
+                                             });
     for (const auto& group : groups) {
       std::vector<const runtime::ReadyTensor*> members;
       std::vector<TensorView> tensors;
