@@ -384,6 +384,34 @@ TEST(Runtime, AutoPicksCompressionOnlyWhenItPays) {
   }
 }
 
+TEST(Runtime, TensorLimitKeepsLargeTensorsOutOfFusion) {
+  run_ranks(2, [&](Communicator& comm) {
+    RuntimeOptions options = quiet_options();
+    options.fusion_tensor_limit_bytes = 1000;
+    Runtime rt(comm, options);
+    std::vector<std::vector<float>> data = {std::vector<float>(100, 1.0f), std::vector<float>(100, 2.0f),
+                                            std::vector<float>(1000, 3.0f), std::vector<float>(100, 4.0f)};
+    for (std::size_t t = 0; t < data.size(); ++t) {
+      rt.allreduce_async(fmt::format("x{}", t), TensorView::of(std::span<float>(data[t])));
+    }
+    rt.synchronize();
+    std::multiset<std::size_t> members;
+    for (const auto& buffer : rt.stats().buffers) members.insert(buffer.tensors);
+    // The 4000-byte tensor alone; the three small ones fused (in one buffer, or split across cycles).
+    EXPECT_EQ(rt.stats().tensors, 4u);
+    EXPECT_TRUE(members.count(1) >= 1);
+    for (const auto& buffer : rt.stats().buffers) {
+      if (buffer.input_bytes == 4000) {
+        EXPECT_EQ(buffer.tensors, 1u);
+      }
+      if (buffer.tensors > 1) {
+        EXPECT_LE(buffer.input_bytes, 1200u);
+      }
+    }
+    EXPECT_EQ(data[2][0], 3.0f);
+  });
+}
+
 TEST(Runtime, TwoRuntimesInOneProcess) {
   auto group_a = make_local_communicators(2, std::chrono::seconds(30));
   auto group_b = make_local_communicators(2, std::chrono::seconds(30));
