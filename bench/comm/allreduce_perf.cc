@@ -54,7 +54,7 @@ void usage() {
       "  --json               one JSON object per row\n"
       "  -h, --help           this text\n"
       "Columns: spec, algorithm, ranks, bytes, time_s, algbw (GB/s of uncompressed bytes), wire_bytes (rank 0),\n"
-      "speedup_vs_dense, max_error, wrong. Exit status 1 if any row has wrong elements or ranks disagree.");
+      "speedup_vs_dense, max_error, wrong, compress_s/communicate_s/decompress_s (per call, max over ranks). Exit status 1 if any row has wrong elements or ranks disagree.");
 }
 
 std::size_t parse_bytes(const std::string& text) {
@@ -166,6 +166,7 @@ struct Row {
   double max_error = 0;
   long long wrong = 0;
   bool identical = true;
+  double compress_s = 0, communicate_s = 0, decompress_s = 0;  // per call, max over ranks
 };
 
 std::vector<std::byte> compress_as(Compressor& codec, std::span<const float> values, std::string_view name, int rank,
@@ -255,8 +256,8 @@ Row run_row(Communicator& comm, const Config& config, const std::string& spec, s
   options.algorithm = algorithm;
   options.hierarchical = config.hierarchical;
   options.nodes = groups;
+  auto prepare = [&] { std::copy(grad.begin(), grad.end(), tensor.begin()); };  // outside the timed region
   auto call = [&](std::uint64_t step) -> AllreduceStats {
-    std::copy(grad.begin(), grad.end(), tensor.begin());
     const TensorView view(numel ? tensor.data() : nullptr, numel, DType::kF32);
     if (plain) {
       AllreduceStats stats;
@@ -270,6 +271,7 @@ Row run_row(Communicator& comm, const Config& config, const std::string& spec, s
   };
 
   // Checked call (also the warm-up).
+  prepare();
   const AllreduceStats first = call(0);
   row.wire_bytes = first.wire_bytes;
   if (config.check) {
@@ -308,11 +310,15 @@ Row run_row(Communicator& comm, const Config& config, const std::string& spec, s
 
   double total_time = 0;
   for (int it = 0; it < config.iters; ++it) {
+    prepare();
     comm.barrier();
     const auto start = std::chrono::steady_clock::now();
-    call(static_cast<std::uint64_t>(it + 1));
+    const AllreduceStats stats = call(static_cast<std::uint64_t>(it + 1));
     const float seconds = std::chrono::duration<float>(std::chrono::steady_clock::now() - start).count();
     total_time += max_over_ranks(comm, seconds);
+    row.compress_s += max_over_ranks(comm, static_cast<float>(stats.compress_s)) / config.iters;
+    row.communicate_s += max_over_ranks(comm, static_cast<float>(stats.communicate_s)) / config.iters;
+    row.decompress_s += max_over_ranks(comm, static_cast<float>(stats.decompress_s)) / config.iters;
   }
   row.time_s = total_time / config.iters;
   row.speedup = dense_time > 0 ? dense_time / row.time_s : 1.0;
@@ -324,13 +330,17 @@ void print_row(const Config& config, const Row& row) {
   if (config.json) {
     fmt::print("{{\"spec\": \"{}\", \"algorithm\": \"{}\", \"ranks\": {}, \"bytes\": {}, \"time_s\": {:.6g}, "
                "\"algbw_gbps\": {:.6g}, \"wire_bytes\": {}, \"speedup_vs_dense\": {:.4g}, \"max_error\": {:.6g}, "
-               "\"wrong\": {}, \"identical\": {}}}\n",
+               "\"wrong\": {}, \"identical\": {}, \"compress_s\": {:.6g}, \"communicate_s\": {:.6g}, "
+               "\"decompress_s\": {:.6g}}}\n",
                row.spec, row.algorithm, row.ranks, row.bytes, row.time_s, algbw, row.wire_bytes, row.speedup,
-               row.max_error, row.wrong, row.identical ? "true" : "false");
+               row.max_error, row.wrong, row.identical ? "true" : "false", row.compress_s, row.communicate_s,
+               row.decompress_s);
   } else {
-    fmt::print("{:>28} {:>13} {:>5} {:>12} {:>11.6f} {:>9.3f} {:>12} {:>8.3f} {:>10.3g} {:>6}{}\n", row.spec,
-               row.algorithm, row.ranks, row.bytes, row.time_s, algbw, row.wire_bytes, row.speedup, row.max_error,
-               row.wrong, row.identical ? "" : "  RANKS DIFFER");
+    fmt::print("{:>28} {:>13} {:>5} {:>12} {:>11.6f} {:>9.3f} {:>12} {:>8.3f} {:>10.3g} {:>6} {:>8.3f} {:>8.3f} "
+               "{:>8.3f}{}\n",
+               row.spec, row.algorithm, row.ranks, row.bytes, row.time_s, algbw, row.wire_bytes, row.speedup,
+               row.max_error, row.wrong, row.compress_s, row.communicate_s, row.decompress_s,
+               row.identical ? "" : "  RANKS DIFFER");
   }
   std::fflush(stdout);
 }
@@ -343,8 +353,9 @@ int run(Communicator& comm, const Config& config) {
   if (root && !config.json) {
     fmt::print("# allreduce_perf: {} ranks ({}), iters {}, algorithm {}{}\n", comm.size(), comm.backend(),
                config.iters, algorithm_name(config.algorithm), config.hierarchical ? ", hierarchical" : "");
-    fmt::print("{:>28} {:>13} {:>5} {:>12} {:>11} {:>9} {:>12} {:>8} {:>10} {:>6}\n", "spec", "algorithm", "ranks",
-               "bytes", "time_s", "algbw", "wire_bytes", "speedup", "max_err", "#wrong");
+    fmt::print("{:>28} {:>13} {:>5} {:>12} {:>11} {:>9} {:>12} {:>8} {:>10} {:>6} {:>8} {:>8} {:>8}\n", "spec",
+               "algorithm", "ranks", "bytes", "time_s", "algbw", "wire_bytes", "speedup", "max_err", "#wrong", "compr_s",
+               "comm_s", "decomp_s");
   }
   int bad = 0;
   for (std::size_t bytes = config.min_bytes; bytes <= config.max_bytes; bytes *= config.factor) {
