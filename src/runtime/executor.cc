@@ -33,8 +33,8 @@ class CapturingCompressor final : public Compressor {
  public:
   // `inner` compresses the fusion buffer (and its chunks); `other` (may equal inner) everything else, e.g. the
   // re-quantized partial sums of scatter-reduce-allgather, which keep the codec's own error feedback.
-  CapturingCompressor(Compressor& inner, Compressor& other, const TensorView& target)
-      : inner_(inner), other_(other), target_(target) {}
+  CapturingCompressor(Compressor& inner, Compressor& other, const TensorView& target, bool capture)
+      : inner_(inner), other_(other), target_(target), capture_(capture) {}
 
   std::string_view name() const override { return inner_.name(); }
   std::string spec() const override { return inner_.spec(); }
@@ -48,7 +48,7 @@ class CapturingCompressor final : public Compressor {
                       at + grad.bytes() <= base + target_.bytes();
     if (!mine) return other_.compress(grad, out, ctx);
     const std::size_t size = inner_.compress(grad, out, ctx);
-    {
+    if (capture_) {
       Captured captured;
       captured.offset = static_cast<std::size_t>(at - base) / elem;
       captured.numel = grad.numel();
@@ -76,6 +76,7 @@ class CapturingCompressor final : public Compressor {
   Compressor& inner_;
   Compressor& other_;
   TensorView target_;
+  bool capture_;
   std::vector<Captured> captures_;
   std::size_t covered_ = 0;
 };
@@ -276,7 +277,9 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
   if (timeline_ && !single) timeline_->event("copy_in", "fusion", 1, copy_start, copy_end);
 
   // One compressed allreduce over the buffer.
-  CapturingCompressor capturing(*codec.compressor, codec.second ? *codec.second : *codec.compressor, buffer);
+  // Payloads are copied only when the runtime needs them for error feedback (a dense payload is as big as the buffer).
+  CapturingCompressor capturing(*codec.compressor, codec.second ? *codec.second : *codec.compressor, buffer,
+                                codec.runtime_ef);
   AllreduceOptions options;
   options.op = options_.op;
   options.verify = false;  // names, sizes and specs were negotiated
