@@ -40,7 +40,7 @@ __device__ __forceinline__ typename WireTraits<W>::Element encode_one(const Dens
   nonfinite += !isfinite(g);
   const DenseEncoded<typename WireTraits<W>::Element> e =
       dense_encode_element<W == DenseWire::kF32 ? 0 : (W == DenseWire::kF16 ? 1 : 2)>(g, r, residual != nullptr,
-                                                                                       p.prescale, p.saturate);
+                                                                                       p.prescale);
   saturated += e.saturated;
   if (residual) residual_out[i] = e.residual;
   return e.wire;
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads) dense_encode_kernel(DenseEncodeParam
       for (int j = 0; j < 4; ++j) {
         nonfinite += !isfinite(gs[j]);
         const auto e = dense_encode_element<W == DenseWire::kF32 ? 0 : (W == DenseWire::kF16 ? 1 : 2)>(
-            gs[j], rs[j], residual != nullptr, p.prescale, p.saturate);
+            gs[j], rs[j], residual != nullptr, p.prescale);
         saturated += e.saturated;
         w[j] = e.wire;
         nr[j] = e.residual;

@@ -18,12 +18,11 @@ enum class DenseWire : std::uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
 struct DenseEncodeParams {
   DenseWire wire = DenseWire::kF32;
   float prescale = 1.0f;
-  bool saturate = false;  // fp16: clamp finite values to +-65504 and count them (else they become inf)
 };
 
 // Encodes n values of `grad` (+ `residual` when non-null) into `out` (n wire elements). When residual is non-null,
-// residual_out receives the new residual (it may equal residual). Counts non-finite inputs and saturated values into
-// `counters` (device).
+// residual_out receives the new residual (it may equal residual). Counts non-finite inputs and values that saturated
+// to the wire type's largest finite value (kernels/fp16_ops.cuh) into `counters` (device).
 void launch_dense_encode(const DenseEncodeParams& params, const float* grad, const float* residual,
                          float* residual_out, void* out, std::size_t n, DeviceCounters* counters, cudaStream_t stream);
 
