@@ -1,0 +1,61 @@
+// Launchers of the sparsifiers' CUDA kernels (CUDA builds only): exact top-k by a three-pass radix select of the
+// magnitude keys (11 + 11 + 9 bits, kernels/sparsify_ops.cuh's order: larger key first, lower index on ties) and a
+// stable CUB compaction that writes the selected indices, ascending, straight into the payload; the value gather with
+// the residual update; and the validated scatter of (index, value) payloads (no atomics: indices are strictly
+// increasing, so no two threads of one payload write the same element, and several payloads accumulate in stream
+// order). Every launcher takes the stream; none allocates (workspace sized by topk_workspace_bytes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda_counters.cuh"
+
+namespace gradcomp::kernels {
+
+// What the radix select found (device struct; read back by the host once per top-k).
+struct TopkSelectState {
+  std::uint32_t prefix;      // after the last pass: the k-th largest key T
+  std::uint32_t k_remaining; // after the last pass: how many elements with key == T to take (lowest indices first)
+  std::uint32_t bin_count;   // after the last pass: how many elements have key == T
+  std::uint32_t pad;
+};
+
+// Device workspace of one top-k over n elements.
+std::size_t topk_workspace_bytes(std::size_t n);
+
+// Result of the select phase, on the host.
+struct TopkThreshold {
+  std::uint32_t key = 0;     // T
+  std::uint32_t take_ties = 0;
+  std::uint32_t ties = 0;
+};
+
+// Pass 1..3 of the radix select over `values` (n floats). When `grad` is non-null, pass 1 first computes
+// values[i] = residual[i] + grad[i] (error feedback, written to `values`) and counts grad's non-finite entries; else
+// `values` is read as is (and its non-finite entries are counted). Synchronizes the stream once to return T.
+TopkThreshold topk_threshold(const float* grad, const float* residual, float* values, std::size_t n, std::size_t k,
+                             void* workspace, DeviceCounters* counters, cudaStream_t stream);
+
+// Writes the indices of the k selected elements (key > T, plus the lowest-index take_ties elements with key == T),
+// ascending, into `indices` (k int32). Returns nothing; the count is k by construction.
+void topk_compact(const float* values, std::size_t n, const TopkThreshold& threshold, std::int32_t* indices,
+                  void* workspace, cudaStream_t stream);
+
+// For j < k: i = indices[j], v = values[i]; writes v * prescale (f32, or saturating f16 bits when f16) to
+// values_out[j]; when residual_out is non-null sets residual_out[i] = v - transmitted (in gradient units), as the
+// CPU codec does. Counts saturated f16 values into counters->saturated.
+void launch_sparse_gather(const float* values, const std::int32_t* indices, std::size_t k, float prescale, bool f16,
+                          void* values_out, float* residual_out, DeviceCounters* counters, cudaStream_t stream);
+
+// Sets *error_flag when indices[0..k) are not strictly increasing or not in [0, limit).
+void launch_validate_indices(const std::int32_t* indices, std::size_t k, std::uint64_t limit, int* error_flag,
+                             cudaStream_t stream);
+
+// out[indices[j]] (+)= value j (f32 or f16 bits); positions not named are zeroed first unless accumulating.
+void launch_sparse_scatter(const std::int32_t* indices, const void* values, bool f16, std::size_t k, float* out,
+                           std::size_t numel, bool accumulate, cudaStream_t stream);
+
+}  // namespace gradcomp::kernels
