@@ -1,4 +1,4 @@
-// CUDA backends of the sparsifiers whose payload is compressors/sparse_payload.h's (index, value) format: topk.
+// CUDA backends of the sparsifiers: topk (compressors/sparse_payload.h's (index, value) format) and randomk.
 // The selection is kernels/sparse_cuda.cu's exact radix select, which picks the same elements as the CPU's
 // kernels/topk_select.cc (larger magnitude key first, lower index on ties), so the payloads are identical.
 #include "gradcomp/config.h"
@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "compressors/cuda_codec.h"
+#include "compressors/randomk.h"
 #include "compressors/sparse_payload.h"
 #include "gradcomp/error.h"
 #include "kernels/cuda_check.h"
@@ -111,6 +112,92 @@ class TopKCudaCodec final : public CudaCodec {
   sparse::ValueType type_;
 };
 
+// randomk: the positions come from Floyd's algorithm, which is sequential, so they are drawn on the host by the CPU
+// codec's own randomk_indices() (same bits by construction) and uploaded (k int32 per call); the GPU does the error
+// feedback pass, the gather and the residual update.
+class RandomKCudaCodec final : public CudaCodec {
+ public:
+  RandomKCudaCodec(double ratio, std::uint64_t seed) : ratio_(ratio), seed_(seed) {}
+
+  std::size_t workspace_bytes(std::size_t numel) const override {
+    return std::max<std::size_t>(kernels::k_of_ratio(ratio_, numel), 1) * sizeof(std::int32_t);
+  }
+  std::size_t decode_workspace_bytes(std::size_t numel) const override {
+    return std::max<std::size_t>(numel, 1) * sizeof(std::int32_t);
+  }
+
+  std::size_t encode(const CudaEncodeArgs& args, std::byte* out, CompressStats& stats) override {
+    const std::size_t n = args.numel;
+    GRADCOMP_CHECK(n <= kMaxIndexable, "compressor 'randomk': tensor '{}' has {} elements (at most {} supported)",
+                   args.ctx->name, n, kMaxIndexable);
+    const std::size_t k = kernels::k_of_ratio(ratio_, n);
+    randomk_indices(seed_, args.tensor_key, args.ctx->step, n, k, indices_);
+    payload::Header header;
+    header.codec = payload::CodecId::kRandomK;
+    header.numel = n;
+    header.dtype = args.original_dtype;
+    header.param1 = static_cast<std::uint32_t>(k);
+    header.section_count = 2;
+    header.section_bytes[0] = kStreamSectionBytes;
+    header.section_bytes[1] = k * sizeof(float);
+    write_header_device(header, out, args.stream);
+    const std::uint64_t stream_words[4] = {seed_, args.tensor_key, args.ctx->step, k};
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(out + payload::section_offset(header, 0), stream_words, sizeof(stream_words),
+                                        cudaMemcpyHostToDevice, args.stream));
+    const bool ef = args.buffers[0] != nullptr;
+    kernels::launch_ef_accumulate(args.grad, args.buffers[0], ef ? args.next[0] : nullptr, n, args.counters,
+                                  args.stream);
+    auto* device_indices = static_cast<std::int32_t*>(args.workspace);
+    if (k > 0) {
+      GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(device_indices, indices_.data(), k * sizeof(std::int32_t),
+                                          cudaMemcpyHostToDevice, args.stream));
+    }
+    kernels::launch_sparse_gather(ef ? args.next[0] : args.grad, device_indices, k, args.ctx->prescale, false,
+                                  out + payload::section_offset(header, 1), ef ? args.next[0] : nullptr,
+                                  args.counters, args.stream);
+    // indices_ must outlive the asynchronous copy: the caller synchronizes the stream before the next encode.
+    stats.selected = k;
+    return payload::total_bytes(header);
+  }
+
+  void decode(const CudaDecodeArgs& args) override {
+    const payload::Header& header = args.view->header;
+    const auto& sections = args.view->sections;
+    const std::size_t numel = args.numel;
+    GRADCOMP_CHECK_AS(CorruptPayload,
+                      header.section_count == 2 && header.flags == 0 && header.param0 == 0 &&
+                          sections[0].size() == kStreamSectionBytes,
+                      "corrupt randomk payload: {} sections, flags {:#x}, param0 {}, stream section {} bytes "
+                      "(expected 2, 0, 0, {})",
+                      header.section_count, header.flags, header.param0, sections[0].size(), kStreamSectionBytes);
+    GRADCOMP_CHECK_AS(CorruptPayload, numel <= kMaxIndexable, "corrupt randomk payload: {} elements (at most {})",
+                      numel, kMaxIndexable);
+    std::uint64_t stream_words[4];
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(stream_words, sections[0].data(), sizeof(stream_words), cudaMemcpyDeviceToHost,
+                                        args.stream));
+    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(args.stream));
+    const std::uint64_t k = stream_words[3];
+    GRADCOMP_CHECK_AS(CorruptPayload, k <= numel && header.param1 == k && sections[1].size() == k * sizeof(float),
+                      "corrupt randomk payload: k = {} (header {}) with {} value bytes for a tensor of {} elements",
+                      k, header.param1, sections[1].size(), numel);
+    randomk_indices(stream_words[0], stream_words[1], stream_words[2], numel, k, indices_);
+    auto* device_indices = static_cast<std::int32_t*>(args.workspace);
+    if (k > 0) {
+      GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(device_indices, indices_.data(), k * sizeof(std::int32_t),
+                                          cudaMemcpyHostToDevice, args.stream));
+    }
+    kernels::launch_sparse_scatter(device_indices, sections[1].data(), false, k, args.out, numel, args.accumulate,
+                                   args.stream);
+    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(args.stream));  // indices_ is reused by the next call
+  }
+
+ private:
+  static constexpr std::size_t kStreamSectionBytes = 4 * sizeof(std::uint64_t);
+  double ratio_;
+  std::uint64_t seed_;
+  std::vector<std::uint32_t> indices_;
+};
+
 }  // namespace
 
 std::unique_ptr<CudaCodec> make_sparse_cuda_codec(payload::CodecId codec, const Params& params) {
@@ -121,6 +208,9 @@ std::unique_ptr<CudaCodec> make_sparse_cuda_codec(payload::CodecId codec, const 
       const auto type = params.get_string("values") == "f16" ? sparse::ValueType::kF16 : sparse::ValueType::kF32;
       return std::make_unique<TopKCudaCodec>(fixed_k, ratio, type);
     }
+    case payload::CodecId::kRandomK:
+      return std::make_unique<RandomKCudaCodec>(params.get_float("ratio"),
+                                                static_cast<std::uint64_t>(params.get_int("seed")));
     default:
       return nullptr;
   }

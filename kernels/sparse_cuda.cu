@@ -142,6 +142,18 @@ __global__ void gather_kernel(const float* values, const std::int32_t* indices, 
   warp_count(saturated, &counters->saturated);
 }
 
+__global__ void ef_accumulate_kernel(const float* grad, const float* residual, float* values, std::size_t n,
+                                     DeviceCounters* counters) {
+  unsigned long long nonfinite = 0;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float g = grad[i];
+    nonfinite += !isfinite(g);
+    if (residual) values[i] = ef_accumulate(residual[i], g);
+  }
+  warp_count(nonfinite, &counters->nonfinite);
+}
+
 __global__ void validate_indices_kernel(const std::int32_t* indices, std::size_t k, std::uint64_t limit,
                                         int* error_flag) {
   for (std::size_t j = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; j < k;
@@ -227,6 +239,13 @@ void launch_sparse_gather(const float* values, const std::int32_t* indices, std:
   if (k == 0) return;
   gather_kernel<<<grid_for(k, kThreads), kThreads, 0, stream>>>(values, indices, k, prescale, f16, values_out,
                                                                 residual_out, counters);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_ef_accumulate(const float* grad, const float* residual, float* values, std::size_t n,
+                          DeviceCounters* counters, cudaStream_t stream) {
+  if (n == 0) return;
+  ef_accumulate_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(grad, residual, values, n, counters);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 

@@ -50,6 +50,10 @@ void topk_compact(const float* values, std::size_t n, const TopkThreshold& thres
 void launch_sparse_gather(const float* values, const std::int32_t* indices, std::size_t k, float prescale, bool f16,
                           void* values_out, float* residual_out, DeviceCounters* counters, cudaStream_t stream);
 
+// values[i] = residual[i] + grad[i] (ef_accumulate) when residual is non-null; counts grad's non-finite entries.
+void launch_ef_accumulate(const float* grad, const float* residual, float* values, std::size_t n,
+                          DeviceCounters* counters, cudaStream_t stream);
+
 // Sets *error_flag when indices[0..k) are not strictly increasing or not in [0, limit).
 void launch_validate_indices(const std::int32_t* indices, std::size_t k, std::uint64_t limit, int* error_flag,
                              cudaStream_t stream);
