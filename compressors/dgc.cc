@@ -98,9 +98,19 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
     const bool nesterov = nesterov_;
     kernels::parallel_chunks(n, kernels::kParallelChunk, args.threads,
                              [&](std::size_t, std::size_t begin, std::size_t end) {
-                               for (std::size_t i = begin; i < end; ++i) {
-                                 const float g = scale == 1.0f ? grad[i] : grad[i] * scale;
-                                 kernels::dgc_accumulate(g, m, nesterov, u[i], v[i]);
+                               // Branches hoisted out of the loop so each variant vectorizes.
+                               if (scale == 1.0f && !nesterov) {
+                                 for (std::size_t i = begin; i < end; ++i) {
+                                   kernels::dgc_accumulate(grad[i], m, false, u[i], v[i]);
+                                 }
+                               } else if (scale == 1.0f) {
+                                 for (std::size_t i = begin; i < end; ++i) {
+                                   kernels::dgc_accumulate(grad[i], m, true, u[i], v[i]);
+                                 }
+                               } else {
+                                 for (std::size_t i = begin; i < end; ++i) {
+                                   kernels::dgc_accumulate(grad[i] * scale, m, nesterov, u[i], v[i]);
+                                 }
                                }
                              });
 
