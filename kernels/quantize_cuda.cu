@@ -176,8 +176,15 @@ __device__ void warp_quantize(const QuantizeParams& p, const float* g, const flo
     std::uint32_t codes[4] = {0u, 0u, 0u, 0u};
     float nr[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (i0 < b1) {
-      Philox4 random{};
-      if (!onebit && !bad) random = p.stream.block(i0 >> 2);
+      // Element e's uniform is signmag_uniform(stream.bits(e / 2), e): the lane's 4 elements use draws i0/2 and
+      // i0/2 + 1, lanes 0-1 or 2-3 of Philox block i0/8 (i0 is a multiple of 4).
+      std::uint32_t draw_lo = 0, draw_hi = 0;
+      if (!onebit && !bad) {
+        const Philox4 block = p.stream.block(i0 >> 3);
+        const bool upper = ((i0 >> 1) & 3u) != 0;
+        draw_lo = upper ? block.v[2] : block.v[0];
+        draw_hi = upper ? block.v[3] : block.v[1];
+      }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         if (bad) {
@@ -186,7 +193,8 @@ __device__ void warp_quantize(const QuantizeParams& p, const float* g, const flo
           codes[j] = onebit_encode(v[j]);
           nr[j] = v[j] - onebit_decode(codes[j], scale);
         } else {
-          codes[j] = signmag_quantize(v[j], inverse, levels, bits, uniform01(random.v[j]));
+          const float uniform = signmag_uniform(j < 2 ? draw_lo : draw_hi, i0 + j);
+          codes[j] = signmag_quantize(v[j], inverse, levels, bits, uniform);
           nr[j] = v[j] - signmag_dequantize(codes[j], unit, bits);
         }
         if (i0 + j >= b1) codes[j] = 0u;

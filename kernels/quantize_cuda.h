@@ -1,7 +1,7 @@
 // Launchers of the bucketed sign-magnitude codecs' CUDA kernels: QSGD (max or l2 scale), TernGrad, 1-bit. One warp
 // per bucket: a statistics pass that reproduces kernels/bucket_reduce.h's summation order exactly (8 interleaved
-// lanes, combined ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))), then a fused compensate + stochastic round (Philox, one
-// block per 4 elements) + pack + residual update pass. Output is the CPU codecs' payload sections, byte for byte.
+// lanes, combined ((l0+l1)+(l2+l3))+((l4+l5)+(l6+l7))), then a fused compensate + stochastic round (16-bit Philox
+// uniforms, signmag_uniform: one block per 8 elements) + pack + residual update pass. Output is the CPU codecs' payload sections, byte for byte.
 // CUDA builds only; launched on `stream`; no allocation (the workspace is sized by a null-pointer query).
 #pragma once
 
