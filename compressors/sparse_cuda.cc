@@ -1,4 +1,4 @@
-// CUDA backends of the sparsifiers: topk (compressors/sparse_payload.h's (index, value) format) and randomk.
+// CUDA backends of the sparsifiers: topk (compressors/sparse_payload.h's (index, value) format), randomk, blocktopk.
 // The selection is kernels/sparse_cuda.cu's exact radix select, which picks the same elements as the CPU's
 // kernels/topk_select.cc (larger magnitude key first, lower index on ties), so the payloads are identical.
 #include "gradcomp/config.h"
@@ -198,6 +198,115 @@ class RandomKCudaCodec final : public CudaCodec {
   std::vector<std::uint32_t> indices_;
 };
 
+// blocktopk: block norms (one sequential fmaf chain per block, as on the CPU), the exact radix select of topk over
+// the blocks' norm keys (same order: larger key first, lower block id on ties), block ids written ascending straight
+// into the payload, then a gather of the whole blocks. The value count depends on whether the last (short) block was
+// chosen, so the host reads the last id before writing the header (one extra synchronization).
+class BlockTopKCudaCodec final : public CudaCodec {
+ public:
+  BlockTopKCudaCodec(double ratio, std::size_t block) : ratio_(ratio), block_(block) {}
+
+  std::size_t workspace_bytes(std::size_t numel) const override {
+    const std::size_t blocks = block_count(numel);
+    return keys_bytes(blocks) + 256 + kernels::topk_workspace_bytes(blocks);
+  }
+  std::size_t decode_workspace_bytes(std::size_t) const override { return 0; }
+
+  std::size_t encode(const CudaEncodeArgs& args, std::byte* out, CompressStats& stats) override {
+    const std::size_t n = args.numel;
+    GRADCOMP_CHECK(n <= kMaxIndexable, "compressor 'blocktopk': tensor '{}' has {} elements (at most {} supported)",
+                   args.ctx->name, n, kMaxIndexable);
+    const std::size_t blocks = block_count(n);
+    const std::size_t kb = kernels::k_of_ratio(ratio_, blocks);
+    auto* base = static_cast<std::byte*>(args.workspace);
+    auto* keys = reinterpret_cast<std::uint32_t*>(base);
+    auto* scratch_counters = reinterpret_cast<kernels::DeviceCounters*>(base + keys_bytes(blocks));
+    void* select_workspace = base + keys_bytes(blocks) + 256;
+    const bool ef = args.buffers[0] != nullptr;
+    const float* values = ef ? args.next[0] : args.grad;
+    kernels::launch_block_norms(args.grad, args.buffers[0], ef ? args.next[0] : nullptr, n, block_, keys,
+                                args.counters, args.stream);
+    auto* ids = reinterpret_cast<std::int32_t*>(out + payload::kHeaderBytes);
+    std::size_t value_count = 0;
+    if (kb > 0) {
+      // The keys are non-negative float bit patterns, so the top-k select of "values" with those bits ranks blocks by
+      // their norm key exactly (magnitude_key of such a pattern is the pattern itself).
+      auto* key_values = reinterpret_cast<float*>(keys);
+      const auto threshold = kernels::topk_threshold(key_values, nullptr, key_values, blocks, kb, select_workspace,
+                                                     scratch_counters, args.stream);
+      kernels::topk_compact(key_values, blocks, threshold, ids, select_workspace, args.stream);
+      std::int32_t last = 0;
+      GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&last, ids + kb - 1, sizeof(last), cudaMemcpyDeviceToHost, args.stream));
+      GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(args.stream));
+      value_count = kb * block_;
+      if (static_cast<std::size_t>(last) == blocks - 1) value_count -= blocks * block_ - n;
+    }
+    payload::Header header;
+    header.codec = payload::CodecId::kBlockTopK;
+    header.numel = n;
+    header.dtype = args.original_dtype;
+    header.param0 = static_cast<std::uint32_t>(block_);
+    header.param1 = static_cast<std::uint32_t>(kb);
+    header.section_count = 2;
+    header.section_bytes[0] = kb * sizeof(std::int32_t);
+    header.section_bytes[1] = value_count * sizeof(float);
+    write_header_device(header, out, args.stream);
+    kernels::launch_block_gather(values, ids, kb, block_, n, args.ctx->prescale,
+                                 reinterpret_cast<float*>(out + payload::section_offset(header, 1)),
+                                 ef ? args.next[0] : nullptr, args.stream);
+    stats.selected = value_count;
+    return payload::total_bytes(header);
+  }
+
+  void decode(const CudaDecodeArgs& args) override {
+    const payload::Header& header = args.view->header;
+    const auto& sections = args.view->sections;
+    const std::size_t numel = args.numel;
+    GRADCOMP_CHECK_AS(CorruptPayload,
+                      header.section_count == 2 && header.flags == 0 && header.param0 >= 1 &&
+                          header.param0 <= kMaxBlock && numel <= kMaxIndexable,
+                      "corrupt blocktopk payload: {} sections, flags {:#x}, block {}, {} elements",
+                      header.section_count, header.flags, header.param0, numel);
+    const std::size_t block = header.param0;
+    const std::size_t blocks = (numel + block - 1) / block;
+    const std::size_t id_bytes = sections[0].size();
+    GRADCOMP_CHECK_AS(CorruptPayload,
+                      id_bytes % sizeof(std::int32_t) == 0 && id_bytes / 4 <= blocks && header.param1 == id_bytes / 4,
+                      "corrupt blocktopk payload: id section of {} bytes (header says {} blocks) for {} blocks",
+                      id_bytes, header.param1, blocks);
+    const std::size_t kb = id_bytes / sizeof(std::int32_t);
+    const auto* ids = reinterpret_cast<const std::int32_t*>(sections[0].data());
+    kernels::launch_validate_indices(ids, kb, blocks, args.error_flag, args.stream);
+    int bad = 0;
+    std::int32_t last = 0;
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&bad, args.error_flag, sizeof(int), cudaMemcpyDeviceToHost, args.stream));
+    if (kb > 0) {
+      GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&last, ids + kb - 1, sizeof(last), cudaMemcpyDeviceToHost, args.stream));
+    }
+    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(args.stream));
+    GRADCOMP_CHECK_AS(CorruptPayload, bad == 0,
+                      "corrupt blocktopk payload: block ids are not strictly increasing and in [0, {}) ({} ids)",
+                      blocks, kb);
+    std::size_t expected = kb * block;
+    if (kb > 0 && static_cast<std::size_t>(last) == blocks - 1) expected -= blocks * block - numel;
+    GRADCOMP_CHECK_AS(CorruptPayload, sections[1].size() == expected * sizeof(float),
+                      "corrupt blocktopk payload: value section has {} bytes, {} values ({} bytes) expected",
+                      sections[1].size(), expected, expected * sizeof(float));
+    kernels::launch_block_scatter(ids, kb, block, numel, reinterpret_cast<const float*>(sections[1].data()), args.out,
+                                  args.accumulate, args.stream);
+  }
+
+ private:
+  static constexpr std::size_t kMaxBlock = std::size_t{1} << 24;
+  std::size_t block_count(std::size_t n) const { return (n + block_ - 1) / block_; }
+  static std::size_t keys_bytes(std::size_t blocks) {
+    return (std::max<std::size_t>(blocks, 1) * sizeof(std::uint32_t) + 255) / 256 * 256;
+  }
+
+  double ratio_;
+  std::size_t block_;
+};
+
 }  // namespace
 
 std::unique_ptr<CudaCodec> make_sparse_cuda_codec(payload::CodecId codec, const Params& params) {
@@ -211,6 +320,9 @@ std::unique_ptr<CudaCodec> make_sparse_cuda_codec(payload::CodecId codec, const 
     case payload::CodecId::kRandomK:
       return std::make_unique<RandomKCudaCodec>(params.get_float("ratio"),
                                                 static_cast<std::uint64_t>(params.get_int("seed")));
+    case payload::CodecId::kBlockTopK:
+      return std::make_unique<BlockTopKCudaCodec>(params.get_float("ratio"),
+                                                  static_cast<std::size_t>(params.get_int("block")));
     default:
       return nullptr;
   }

@@ -54,6 +54,21 @@ void launch_sparse_gather(const float* values, const std::int32_t* indices, std:
 void launch_ef_accumulate(const float* grad, const float* residual, float* values, std::size_t n,
                           DeviceCounters* counters, cudaStream_t stream);
 
+// blocktopk: for each block b of `block` elements (the last may be shorter), v = residual + grad written to values
+// when residual is non-null, and keys[b] = magnitude_key(sum of v^2 by block_norm_step in index order). Counts grad's
+// non-finite entries. One thread per block (the sum is a sequential chain, as on the CPU).
+void launch_block_norms(const float* grad, const float* residual, float* values, std::size_t n, std::size_t block,
+                        std::uint32_t* keys, DeviceCounters* counters, cudaStream_t stream);
+
+// blocktopk gather: for selected block j (ids ascending), its elements go to body[j * block + e] (times prescale), and
+// the residual of every sent element becomes v - transmitted.
+void launch_block_gather(const float* values, const std::int32_t* ids, std::size_t count, std::size_t block,
+                         std::size_t n, float prescale, float* body, float* residual_out, cudaStream_t stream);
+
+// blocktopk decode: out[ids[j] * block + e] (+)= body[j * block + e]; zeroes out first unless accumulating.
+void launch_block_scatter(const std::int32_t* ids, std::size_t count, std::size_t block, std::size_t n,
+                          const float* body, float* out, bool accumulate, cudaStream_t stream);
+
 // Sets *error_flag when indices[0..k) are not strictly increasing or not in [0, limit).
 void launch_validate_indices(const std::int32_t* indices, std::size_t k, std::uint64_t limit, int* error_flag,
                              cudaStream_t stream);
