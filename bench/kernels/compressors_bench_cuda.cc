@@ -64,7 +64,6 @@ const char* const kDefaultSpecs[] = {"none",
                                      "terngrad",
                                      "onebit",
                                      "topk:ratio=0.01",
-                                     "topk:ratio=0.01,exact=off",
                                      "randomk:ratio=0.01",
                                      "blocktopk:ratio=0.01",
                                      "dgc"};
