@@ -204,6 +204,57 @@ __global__ void block_scatter_kernel(const std::int32_t* ids, std::size_t count,
   }
 }
 
+__global__ void dgc_chunk_norm_kernel(const float* grad, std::size_t n, double* partial) {
+  const std::size_t chunks = (n + 65535) / 65536;
+  for (std::size_t c = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; c < chunks;
+       c += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t begin = c * 65536, end = begin + 65536 < n ? begin + 65536 : n;
+    double sum = 0.0;
+    for (std::size_t i = begin; i < end; ++i) sum += double(grad[i]) * grad[i];  // no FMA: --fmad=false
+    partial[c] = sum;
+  }
+}
+
+__global__ void dgc_clip_scale_kernel(const double* partial, std::size_t chunks, double clip, float* scale_out) {
+  double sum = 0.0;
+  for (std::size_t c = 0; c < chunks; ++c) sum += partial[c];
+  const double norm = sqrt(sum);
+  *scale_out = norm > clip ? static_cast<float>(clip / norm) : 1.0f;
+}
+
+__global__ void dgc_accumulate_kernel(const float* grad, const float* scale, const float* u, const float* v,
+                                      float* u_out, float* v_out, std::size_t n, float momentum, bool nesterov,
+                                      DeviceCounters* counters) {
+  const float s = scale ? *scale : 1.0f;
+  unsigned long long nonfinite = 0;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float g = grad[i];
+    nonfinite += !isfinite(g);
+    float ui = u[i], vi = v[i];
+    dgc_accumulate(s == 1.0f ? g : g * s, momentum, nesterov, ui, vi);
+    u_out[i] = ui;
+    v_out[i] = vi;
+  }
+  warp_count(nonfinite, &counters->nonfinite);
+}
+
+__global__ void dgc_sample_kernel(const float* v, std::size_t n, PhiloxStream stream, std::size_t samples,
+                                  float* keys) {
+  for (std::size_t s = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; s < samples;
+       s += std::size_t{gridDim.x} * blockDim.x) {
+    const std::uint64_t position = uniform_below(philox_bits64(stream, s), n);
+    keys[s] = __uint_as_float(magnitude_key(v[position]));
+  }
+}
+
+__global__ void zero_at_kernel(const std::int32_t* indices, std::size_t k, float* target) {
+  for (std::size_t j = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; j < k;
+       j += std::size_t{gridDim.x} * blockDim.x) {
+    target[indices[j]] = 0.0f;
+  }
+}
+
 __global__ void validate_indices_kernel(const std::int32_t* indices, std::size_t k, std::uint64_t limit,
                                         int* error_flag) {
   for (std::size_t j = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; j < k;
@@ -322,6 +373,54 @@ void launch_block_scatter(const std::int32_t* ids, std::size_t count, std::size_
   if (count == 0) return;
   block_scatter_kernel<<<grid_for(count * block, kThreads), kThreads, 0, stream>>>(ids, count, block, n, body, out,
                                                                                    accumulate);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_dgc_clip_scale(const float* grad, std::size_t n, double clip, double* partial, float* scale_out,
+                           cudaStream_t stream) {
+  const std::size_t chunks = (n + 65535) / 65536;
+  if (chunks > 0) {
+    dgc_chunk_norm_kernel<<<grid_for(chunks, 64), 64, 0, stream>>>(grad, n, partial);
+    GRADCOMP_CUDA_LAUNCH_CHECK();
+  }
+  dgc_clip_scale_kernel<<<1, 1, 0, stream>>>(partial, chunks, clip, scale_out);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_dgc_accumulate(const float* grad, const float* scale, const float* u, const float* v, float* u_out,
+                           float* v_out, std::size_t n, float momentum, bool nesterov, DeviceCounters* counters,
+                           cudaStream_t stream) {
+  if (n == 0) return;
+  dgc_accumulate_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(grad, scale, u, v, u_out, v_out, n, momentum,
+                                                                        nesterov, counters);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_dgc_sample(const float* v, std::size_t n, const PhiloxStream& stream, std::size_t samples, float* keys,
+                       cudaStream_t stream_cuda) {
+  if (samples == 0) return;
+  dgc_sample_kernel<<<grid_for(samples, kThreads), kThreads, 0, stream_cuda>>>(v, n, stream, samples, keys);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+std::size_t collect_at_least(const float* values, std::size_t n, std::uint32_t threshold_key, std::int32_t* indices,
+                             void* workspace, cudaStream_t stream) {
+  auto* base = static_cast<std::byte*>(workspace);
+  auto* count = reinterpret_cast<long long*>(base + kCountOffset);
+  void* temp = base + kTiesOffset + align256(std::max<std::size_t>(n, 1) * sizeof(std::int32_t));
+  std::size_t temp_bytes = cub_temp_bytes(n);
+  GRADCOMP_CUDA_CHECK(cub::DeviceSelect::If(temp, temp_bytes, thrust::counting_iterator<std::int32_t>(0), indices,
+                                            count, static_cast<std::int64_t>(n), AtLeast{values, threshold_key},
+                                            stream));
+  long long host_count = 0;
+  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&host_count, count, sizeof(host_count), cudaMemcpyDeviceToHost, stream));
+  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return static_cast<std::size_t>(host_count);
+}
+
+void launch_zero_at(const std::int32_t* indices, std::size_t k, float* target, cudaStream_t stream) {
+  if (k == 0) return;
+  zero_at_kernel<<<grid_for(k, kThreads), kThreads, 0, stream>>>(indices, k, target);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 

@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kernels/cuda_counters.cuh"
+#include "kernels/philox_ops.cuh"
 
 namespace gradcomp::kernels {
 
@@ -68,6 +69,26 @@ void launch_block_gather(const float* values, const std::int32_t* ids, std::size
 // blocktopk decode: out[ids[j] * block + e] (+)= body[j * block + e]; zeroes out first unless accumulating.
 void launch_block_scatter(const std::int32_t* ids, std::size_t count, std::size_t block, std::size_t n,
                           const float* body, float* out, bool accumulate, cudaStream_t stream);
+
+// DGC (Lin et al. 2018) pieces, matching compressors/dgc.cc bit for bit.
+// Local clipping factor: ||g||_2 from per-64K-chunk double sums (sequential within a chunk) combined in chunk order;
+// writes scale = clip / norm when norm > clip, else 1, to *scale_out (device). `partial` holds one double per chunk.
+void launch_dgc_clip_scale(const float* grad, std::size_t n, double clip, double* partial, float* scale_out,
+                           cudaStream_t stream);
+// u' = momentum correction of (g * *scale), v' accumulated (kernels/sparsify_ops.cuh dgc_accumulate), reading u, v
+// and writing u_out, v_out; counts grad's non-finite entries.
+void launch_dgc_accumulate(const float* grad, const float* scale, const float* u, const float* v, float* u_out,
+                           float* v_out, std::size_t n, float momentum, bool nesterov, DeviceCounters* counters,
+                           cudaStream_t stream);
+// keys[s] = magnitude_key(v[uniform_below(philox_bits64(stream, s), n)]) for s < samples, as float bit patterns.
+void launch_dgc_sample(const float* v, std::size_t n, const PhiloxStream& stream, std::size_t samples, float* keys,
+                       cudaStream_t stream_cuda);
+// Stable list of the indices whose key is >= threshold_key; returns their count (synchronizes once). `indices` has
+// room for n entries; workspace is topk_workspace_bytes(n).
+std::size_t collect_at_least(const float* values, std::size_t n, std::uint32_t threshold_key, std::int32_t* indices,
+                             void* workspace, cudaStream_t stream);
+// target[indices[j]] = 0 for j < k.
+void launch_zero_at(const std::int32_t* indices, std::size_t k, float* target, cudaStream_t stream);
 
 // Sets *error_flag when indices[0..k) are not strictly increasing or not in [0, limit).
 void launch_validate_indices(const std::int32_t* indices, std::size_t k, std::uint64_t limit, int* error_flag,
