@@ -71,7 +71,8 @@ class ByteReader {
                       "corrupt {}: array of {} elements overruns the {} bytes left", what_, count,
                       bytes_.size() - offset_);
     std::vector<T> values(count);
-    std::memcpy(values.data(), bytes_.data() + offset_, count * sizeof(T));
+    // An empty vector's data() may be null, and memcpy from/to null is undefined even for 0 bytes (UBSan).
+    if (count > 0) std::memcpy(values.data(), bytes_.data() + offset_, count * sizeof(T));
     offset_ += count * sizeof(T);
     return values;
   }

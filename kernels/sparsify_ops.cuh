@@ -49,6 +49,11 @@ GRADCOMP_HOST_DEVICE std::uint64_t uniform_below(std::uint64_t bits, std::uint64
 #endif
 }
 
+// Uniform integer in [0, bound) from 32 random bits (multiply-shift); bound <= 2^32.
+GRADCOMP_HOST_DEVICE std::uint64_t uniform_below32(std::uint32_t bits, std::uint64_t bound) {
+  return (static_cast<std::uint64_t>(bits) * bound) >> 32;
+}
+
 // 64 random bits of draw `j` of a stream (draw j uses the lanes 2(j mod 2), 2(j mod 2)+1 of Philox block j/2).
 GRADCOMP_HOST_DEVICE std::uint64_t philox_bits64(const PhiloxStream& stream, std::uint64_t j) {
   const Philox4 block = stream.block(j >> 1);

@@ -26,7 +26,8 @@ cmake --build "$build_dir" -j 2 --target decode_fuzz
 corpus="$build_dir/corpus/decode"
 artifacts="$build_dir/artifacts"
 mkdir -p "$corpus" "$artifacts"
-# Seeds: valid payloads of every codec (raw mode, written by the target itself) and "valid-then-mutated" inputs (byte 1 bit 3) for the first 32 codec slots, numel 300 and 5.
+# Seeds: valid payloads of every codec (raw mode, written by the target itself), and "valid-then-mutated" inputs
+# (byte 1 bit 3) for the first 32 codec slots with numel 300 and 5.
 for codec in $(seq 0 31); do
   printf "\\x$(printf %02x "$codec")\\x08\\x2c\\x01" >"$corpus/seed-$codec-300"
   printf "\\x$(printf %02x "$codec")\\x09\\x05\\x00" >"$corpus/seed-$codec-5"
