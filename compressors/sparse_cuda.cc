@@ -365,14 +365,18 @@ class DgcCudaCodec final : public CudaCodec {
       selected = k;
     };
     if (n > 0) {
-      const std::size_t samples = sample_count(n);
-      if (k >= n || samples * 2 > n) {
+      // compressors/dgc.cc: ceil(sample * length) draws per 64K chunk; sampled only when k < n and enough draws.
+      const std::size_t chunk = 65536;
+      const std::size_t full_draws = draws_for(chunk);
+      const std::size_t chunks = (n + chunk - 1) / chunk;
+      const std::size_t samples = (chunks - 1) * full_draws + draws_for(n - (chunks - 1) * chunk);
+      if (!(k < n && samples >= kMinSample)) {
         exact();
         state.scalars[kDgcPath] = 2;
       } else {
         const auto stream = kernels::PhiloxStream::make(0, args.tensor_key ^ kernels::kDgcSampleStreamSalt,
                                                         args.ctx->step);
-        kernels::launch_dgc_sample(v, n, stream, samples, sample_keys, args.stream);
+        kernels::launch_dgc_sample(v, n, stream, full_draws, samples, sample_keys, args.stream);
         const double scaled = static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
         const std::size_t sample_k =
             std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(scaled)), 1, samples);
@@ -430,9 +434,11 @@ class DgcCudaCodec final : public CudaCodec {
     std::size_t select, candidates, samples, partial, scale, counters, v_scratch, total;
   };
   static std::size_t up(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
-  std::size_t sample_count(std::size_t n) const {
-    return std::min(n, std::max(kMinSample, static_cast<std::size_t>(std::ceil(sample_ * static_cast<double>(n)))));
+  std::size_t draws_for(std::size_t length) const {
+    return static_cast<std::size_t>(std::ceil(sample_ * static_cast<double>(length)));
   }
+  // Upper bound of the sample size (the draws of ceil(n / 64K) chunks).
+  std::size_t sample_count(std::size_t n) const { return ((n + 65535) / 65536) * draws_for(65536); }
   Layout layout(std::size_t n) const {
     const std::size_t m = std::max<std::size_t>(n, 1);
     Layout l{};

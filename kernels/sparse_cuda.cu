@@ -239,12 +239,15 @@ __global__ void dgc_accumulate_kernel(const float* grad, const float* scale, con
   warp_count(nonfinite, &counters->nonfinite);
 }
 
-__global__ void dgc_sample_kernel(const float* v, std::size_t n, PhiloxStream stream, std::size_t samples,
-                                  float* keys) {
+__global__ void dgc_sample_kernel(const float* v, std::size_t n, PhiloxStream stream, std::size_t full_draws,
+                                  std::size_t samples, float* keys) {
   for (std::size_t s = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; s < samples;
        s += std::size_t{gridDim.x} * blockDim.x) {
-    const std::uint64_t position = uniform_below(philox_bits64(stream, s), n);
-    keys[s] = __uint_as_float(magnitude_key(v[position]));
+    const std::size_t c = s / full_draws, j = s % full_draws;
+    const std::size_t begin = c * 65536;
+    const std::size_t length = n - begin < 65536 ? n - begin : 65536;
+    const std::uint64_t offset = uniform_below32(stream.bits(begin + j), length);
+    keys[s] = __uint_as_float(magnitude_key(v[begin + offset]));
   }
 }
 
@@ -396,10 +399,11 @@ void launch_dgc_accumulate(const float* grad, const float* scale, const float* u
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 
-void launch_dgc_sample(const float* v, std::size_t n, const PhiloxStream& stream, std::size_t samples, float* keys,
-                       cudaStream_t stream_cuda) {
-  if (samples == 0) return;
-  dgc_sample_kernel<<<grid_for(samples, kThreads), kThreads, 0, stream_cuda>>>(v, n, stream, samples, keys);
+void launch_dgc_sample(const float* v, std::size_t n, const PhiloxStream& stream, std::size_t full_draws,
+                       std::size_t samples, float* keys, cudaStream_t stream_cuda) {
+  if (samples == 0 || full_draws == 0) return;
+  dgc_sample_kernel<<<grid_for(samples, kThreads), kThreads, 0, stream_cuda>>>(v, n, stream, full_draws, samples,
+                                                                               keys);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 

@@ -80,9 +80,11 @@ void launch_dgc_clip_scale(const float* grad, std::size_t n, double clip, double
 void launch_dgc_accumulate(const float* grad, const float* scale, const float* u, const float* v, float* u_out,
                            float* v_out, std::size_t n, float momentum, bool nesterov, DeviceCounters* counters,
                            cudaStream_t stream);
-// keys[s] = magnitude_key(v[uniform_below(philox_bits64(stream, s), n)]) for s < samples, as float bit patterns.
-void launch_dgc_sample(const float* v, std::size_t n, const PhiloxStream& stream, std::size_t samples, float* keys,
-                       cudaStream_t stream_cuda);
+// compressors/dgc.cc's stratified sample: in each 64K chunk c (begin = c * 65536, length L), draws j < ceil(sample*L)
+// take keys[c * full_draws + j] = magnitude_key(v[begin + uniform_below32(stream.bits(begin + j), L)]), as float bit
+// patterns; `samples` is the total number of draws.
+void launch_dgc_sample(const float* v, std::size_t n, const PhiloxStream& stream, std::size_t full_draws,
+                       std::size_t samples, float* keys, cudaStream_t stream_cuda);
 // Stable list of the indices whose key is >= threshold_key; returns their count (synchronizes once). `indices` has
 // room for n entries; workspace is topk_workspace_bytes(n).
 std::size_t collect_at_least(const float* values, std::size_t n, std::uint32_t threshold_key, std::int32_t* indices,
