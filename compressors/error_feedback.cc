@@ -4,7 +4,9 @@
 #include <cmath>
 #include <limits>
 
+#include "compressors/cuda_path.h"
 #include "compressors/state_io.h"
+#include "gradcomp/config.h"
 #include "gradcomp/error.h"
 #include "kernels/cpu_parallel.h"
 #include "kernels/half_ops.cuh"
@@ -97,9 +99,17 @@ ErrorFeedbackCompressor::ErrorFeedbackCompressor(std::string name, payload::Code
   nonfinite_ = params_.has("nonfinite") ? parse_policy(params_.get_string("nonfinite")) : NonFinitePolicy::kRaise;
 }
 
+ErrorFeedbackCompressor::~ErrorFeedbackCompressor() = default;
+
+void ErrorFeedbackCompressor::reset_state() {
+  drop_device_states();
+  states_.clear();
+}
+
 std::string ErrorFeedbackCompressor::spec() const { return params_.canonical(param_specs_); }
 
 const TensorState* ErrorFeedbackCompressor::state_of(std::string_view name) const {
+  sync_to_host(name, /*drop_device=*/false);
   const auto it = states_.find(name);
   return it == states_.end() ? nullptr : &it->second;
 }
@@ -125,6 +135,7 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
                                               const CompressContext& ctx) {
   GRADCOMP_CHECK(!ctx.name.empty(), "compressor '{}': CompressContext.name must name the tensor", name_);
   if (grad.device().is_cuda()) return compress_cuda(grad, out, ctx);
+  sync_to_host(ctx.name, /*drop_device=*/true);
   check_float_dtype(grad, name_, fmt::format("gradient '{}'", ctx.name));
   const std::size_t n = grad.numel();
   const std::size_t needed = max_payload_bytes(n);
@@ -217,6 +228,11 @@ void ErrorFeedbackCompressor::decompress(std::span<const std::byte> bytes, const
   from_float(scratch_out_, out);
 }
 
+#if !GRADCOMP_WITH_CUDA
+// Without CUDA there is no device state; compressors/error_feedback_cuda.cc defines these in CUDA builds.
+void ErrorFeedbackCompressor::sync_to_host(std::string_view, bool) const {}
+void ErrorFeedbackCompressor::drop_device_states() {}
+
 std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::span<std::byte>,
                                                    const CompressContext& ctx) {
   throw InvalidArgument(fmt::format("compressor '{}' has no CUDA path in this build (tensor '{}' is {})", name_,
@@ -227,8 +243,10 @@ void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::byte>, const 
   throw InvalidArgument(
       fmt::format("compressor '{}' has no CUDA path in this build (output is {})", name_, out.describe()));
 }
+#endif
 
 std::vector<std::byte> ErrorFeedbackCompressor::save_state() const {
+  sync_to_host({}, /*drop_device=*/false);
   ByteWriter writer;
   writer.put<std::uint32_t>(kStateMagic);
   writer.put<std::uint16_t>(kStateVersion);
@@ -278,6 +296,7 @@ void ErrorFeedbackCompressor::load_state(std::span<const std::byte> bytes) {
     loaded.emplace(std::move(tensor), std::move(state));
   }
   GRADCOMP_CHECK_AS(CorruptPayload, reader.at_end(), "corrupt compressor state: {} trailing bytes", reader.remaining());
+  drop_device_states();
   states_ = std::move(loaded);
 }
 

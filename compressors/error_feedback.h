@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,10 +54,13 @@ struct EncodeArgs {
   int threads = 0;
 };
 
+class CudaPath;  // compressors/cuda_path.h
+
 class ErrorFeedbackCompressor : public Compressor {
  public:
   ErrorFeedbackCompressor(std::string name, payload::CodecId codec, CompressorTraits traits,
                           std::vector<ParamSpec> param_specs, Params params);
+  ~ErrorFeedbackCompressor() override;
 
   std::string_view name() const override { return name_; }
   std::string spec() const override;
@@ -65,7 +69,7 @@ class ErrorFeedbackCompressor : public Compressor {
   void decompress(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode) override;
   std::vector<std::byte> save_state() const override;
   void load_state(std::span<const std::byte> state) override;
-  void reset_state() override { states_.clear(); }
+  void reset_state() override;
   void set_threads(int threads) override { threads_ = threads; }
   CompressStats last_stats() const override { return stats_; }
 
@@ -83,7 +87,11 @@ class ErrorFeedbackCompressor : public Compressor {
   virtual void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) = 0;
   // Codec-specific state buffers (each numel floats) beyond the residual, e.g. DGC's momentum.
   virtual std::size_t extra_state_buffers() const { return 0; }
-  // CUDA path, overridden by codecs that have one. The default throws InvalidArgument.
+  // CUDA path, taken automatically for tensors on a CUDA device. The default runs the codec's CudaCodec backend
+  // (compressors/cuda_codec.h, listed in compressors/cuda_codecs.cc) with the state kept on the device, and throws
+  // InvalidArgument for codecs without one or in builds without CUDA. `out` / `payload` are device memory (a host
+  // payload is staged to the device for decode). Runs on grad.stream() / out.stream(); synchronizes that stream
+  // once per call (to learn the non-finite count and, for data-dependent sizes, the payload size).
   virtual std::size_t compress_cuda(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx);
   virtual void decompress_cuda(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode);
 
@@ -95,6 +103,11 @@ class ErrorFeedbackCompressor : public Compressor {
   TensorState& state_for(std::string_view name, std::size_t numel, int rank);
 
  private:
+  // Host <-> device state coherence (no-ops without CUDA). sync_to_host: copy a device-newer state of `name` (or of
+  // every name when empty) into the host TensorState; drop_device also frees the device copy.
+  void sync_to_host(std::string_view name, bool drop_device) const;
+  void drop_device_states();
+
   std::string name_;
   payload::CodecId codec_;
   CompressorTraits traits_;
@@ -104,7 +117,9 @@ class ErrorFeedbackCompressor : public Compressor {
   NonFinitePolicy nonfinite_ = NonFinitePolicy::kRaise;
   int threads_ = 0;
   CompressStats stats_;
-  std::map<std::string, TensorState, std::less<>> states_;
+  // mutable: const readers (save_state, state_of) first pull device-newer state back to the host.
+  mutable std::map<std::string, TensorState, std::less<>> states_;
+  mutable std::unique_ptr<CudaPath> cuda_;
   std::vector<float> scratch_in_, scratch_out_;
 };
 

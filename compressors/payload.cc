@@ -35,11 +35,7 @@ std::size_t total_bytes(const Header& header) {
   return total;
 }
 
-std::size_t write_header(const Header& header, std::span<std::byte> out) {
-  GRADCOMP_ASSERT(header.section_count <= kMaxSections, "section count {} > {}", header.section_count, kMaxSections);
-  const std::size_t total = total_bytes(header);
-  GRADCOMP_CHECK(out.size() >= total, "payload buffer of {} bytes is too small: {} needed ({} elements, codec {})",
-                 out.size(), total, header.numel, codec_name(header.codec));
+void encode_header(const Header& header, std::span<std::byte, kHeaderBytes> out) {
   std::memset(out.data(), 0, kHeaderBytes);
   put<std::uint32_t>(out, 0, kMagic);
   put<std::uint16_t>(out, 4, kVersion);
@@ -53,6 +49,14 @@ std::size_t write_header(const Header& header, std::span<std::byte> out) {
   for (std::size_t i = 0; i < kMaxSections; ++i) {
     put<std::uint64_t>(out, 32 + 8 * i, i < header.section_count ? header.section_bytes[i] : 0);
   }
+}
+
+std::size_t write_header(const Header& header, std::span<std::byte> out) {
+  GRADCOMP_ASSERT(header.section_count <= kMaxSections, "section count {} > {}", header.section_count, kMaxSections);
+  const std::size_t total = total_bytes(header);
+  GRADCOMP_CHECK(out.size() >= total, "payload buffer of {} bytes is too small: {} needed ({} elements, codec {})",
+                 out.size(), total, header.numel, codec_name(header.codec));
+  encode_header(header, out.first<kHeaderBytes>());
   for (std::size_t i = 0; i + 1 < header.section_count; ++i) {
     const std::size_t end = section_offset(header, i) + header.section_bytes[i];
     std::memset(out.data() + end, 0, align_up(header.section_bytes[i]) - header.section_bytes[i]);
@@ -63,6 +67,12 @@ std::size_t write_header(const Header& header, std::span<std::byte> out) {
 Header peek_header(std::span<const std::byte> bytes) {
   GRADCOMP_CHECK_AS(CorruptPayload, bytes.size() >= kHeaderBytes,
                     "corrupt payload: {} bytes is shorter than the {}-byte header", bytes.size(), kHeaderBytes);
+  return decode_header(bytes.first<kHeaderBytes>(), bytes.size());
+}
+
+Header decode_header(std::span<const std::byte, kHeaderBytes> prefix, std::size_t payload_size) {
+  // `bytes` spans only the header; sizes are checked against the whole payload's length.
+  const std::span<const std::byte> bytes(prefix.data(), prefix.size());
   const auto magic = get<std::uint32_t>(bytes, 0);
   GRADCOMP_CHECK_AS(CorruptPayload, magic == kMagic, "corrupt payload: bad magic {:#010x} (expected {:#010x})", magic,
                     kMagic);
@@ -91,14 +101,14 @@ Header peek_header(std::span<const std::byte> bytes) {
       continue;
     }
     // Each section must fit in what is left of the buffer: this also rules out overflow of the running total.
-    GRADCOMP_CHECK_AS(CorruptPayload, header.section_bytes[i] <= bytes.size(),
+    GRADCOMP_CHECK_AS(CorruptPayload, header.section_bytes[i] <= payload_size,
                       "corrupt payload: section {} claims {} bytes of a {}-byte payload", i, header.section_bytes[i],
-                      bytes.size());
+                      payload_size);
     total += i + 1 == header.section_count ? header.section_bytes[i] : align_up(header.section_bytes[i]);
   }
-  GRADCOMP_CHECK_AS(CorruptPayload, total == bytes.size(),
+  GRADCOMP_CHECK_AS(CorruptPayload, total == payload_size,
                     "corrupt payload: sections add up to {} bytes but the payload has {} (truncated or padded)", total,
-                    bytes.size());
+                    payload_size);
   return header;
 }
 

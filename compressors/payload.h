@@ -75,6 +75,12 @@ View parse(std::span<const std::byte> bytes, CodecId expected, long long expecte
 // Reads only the header fields (validated as in parse, without the codec check).
 Header peek_header(std::span<const std::byte> bytes);
 
+// The header's 64 bytes alone, for writers whose sections live elsewhere (the CUDA path copies them to the device).
+void encode_header(const Header& header, std::span<std::byte, kHeaderBytes> out);
+// Validates the first kHeaderBytes of a payload of `total_bytes` bytes as peek_header does (the CUDA path reads the
+// header back from device memory without copying the sections).
+Header decode_header(std::span<const std::byte, kHeaderBytes> prefix, std::size_t total_bytes);
+
 std::string_view codec_name(CodecId codec);
 
 }  // namespace gradcomp::payload

@@ -1,0 +1,71 @@
+// The CUDA half of a codec (CUDA builds only). ErrorFeedbackCompressor owns the device state and the workspace and
+// calls these; a codec's CUDA backend only turns device values into a payload in exactly the CPU format, and back.
+//
+// Backends live in compressors/<codec>_cuda.cc (host orchestration) + kernels/<codec>_cuda.cu (kernels) and are
+// listed in compressors/cuda_codecs.cc, so a codec's CPU file never needs to change for its CUDA path.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include <cuda_runtime_api.h>
+
+#include "compressors/error_feedback.h"
+#include "compressors/payload.h"
+#include "kernels/cuda_counters.cuh"
+
+namespace gradcomp {
+
+// Inputs of one CUDA encode. Every pointer is device memory on the current device unless said otherwise.
+struct CudaEncodeArgs {
+  const float* grad = nullptr;  // numel f32 values (converted from f16/bf16 by the caller)
+  std::size_t numel = 0;
+  const CompressContext* ctx = nullptr;  // host
+  TensorState* state = nullptr;          // host: steps and scalars; its float buffers are NOT used on this path
+  std::uint64_t tensor_key = 0;          // fnv1a64(ctx->name)
+  DType original_dtype = DType::kF32;
+  // State buffers, numel floats each: buffers[0] is the residual (null when ef=off), then the codec's extra buffers.
+  // encode() reads buffers[b] and writes the complete new value of every non-null buffer into next[b]; the caller
+  // swaps them only after the whole call succeeded, so a failed or rejected step leaves the state untouched.
+  std::span<const float* const> buffers;
+  std::span<float* const> next;
+  kernels::DeviceCounters* counters = nullptr;  // zeroed before encode(); encode() must count grad's non-finite values
+  void* workspace = nullptr;                     // workspace_bytes(numel) bytes
+  cudaStream_t stream = nullptr;
+};
+
+// Inputs of one CUDA decode. The header was validated on the host; the sections point to device memory.
+struct CudaDecodeArgs {
+  const payload::View* view = nullptr;
+  float* out = nullptr;  // numel f32 values, device
+  std::size_t numel = 0;
+  bool accumulate = false;
+  int* error_flag = nullptr;  // device int, zeroed before decode(); set non-zero by validation kernels
+  void* workspace = nullptr;  // decode_workspace_bytes(numel) bytes
+  cudaStream_t stream = nullptr;
+};
+
+class CudaCodec {
+ public:
+  virtual ~CudaCodec() = default;
+  // Device scratch bytes encode()/decode() need for `numel` elements (the query half of the two-phase protocol).
+  virtual std::size_t workspace_bytes(std::size_t numel) const = 0;
+  virtual std::size_t decode_workspace_bytes(std::size_t numel) const { return workspace_bytes(numel); }
+  // Writes the payload (header included) to `out` (device, at least max_payload_bytes(numel)); returns its size and
+  // fills stats.selected / stats.saturated (the caller reads the counters for nonfinite). May synchronize the
+  // stream when a size is data-dependent.
+  virtual std::size_t encode(const CudaEncodeArgs& args, std::byte* out, CompressStats& stats) = 0;
+  // Decodes into args.out (overwrite or add). Must check section sizes on the host (throw CorruptPayload) and
+  // report bad indices through args.error_flag before writing anything to args.out.
+  virtual void decode(const CudaDecodeArgs& args) = 0;
+};
+
+// The CUDA backend of `codec` configured by `params` (as the CPU codec parsed them), or null when it has none.
+std::unique_ptr<CudaCodec> make_cuda_codec(payload::CodecId codec, const Params& params);
+
+// Copies `header` (64 bytes) to device memory `out` and zeroes the padding between its sections.
+void write_header_device(const payload::Header& header, std::byte* out, cudaStream_t stream);
+
+}  // namespace gradcomp

@@ -1,0 +1,49 @@
+// Device-side state of one ErrorFeedbackCompressor: the CUDA backend of its codec, the per-tensor state buffers that
+// live on the device while the CUDA path is used, and the per-device workspace (grown once, reused by every call).
+//
+// Where a tensor's state lives: a tensor compressed on the GPU keeps its buffers on the device (`device_newer`); the
+// host copy is refreshed lazily when the host needs it (save_state, state_of, a CPU compress of the same name). A
+// CPU compress of that name then drops the device copy, which is re-uploaded by the next CUDA compress.
+#pragma once
+
+#include "gradcomp/config.h"
+
+#if GRADCOMP_WITH_CUDA
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compressors/cuda_codec.h"
+#include "kernels/cuda_buffer.h"
+
+namespace gradcomp {
+
+struct DeviceTensorState {
+  int device = 0;
+  std::size_t numel = 0;
+  // current[b] / next[b]: buffer b (0 = residual, empty when ef=off) and where encode() writes its new value.
+  std::vector<kernels::DeviceBuffer> current, next;
+  bool device_newer = false;
+};
+
+struct DeviceScratch {
+  kernels::DeviceBuffer workspace;    // codec workspace (two-phase: sized by CudaCodec::workspace_bytes)
+  kernels::DeviceBuffer counters;     // kernels::DeviceCounters + the decode error flag
+  kernels::DeviceBuffer values;       // f32 copy of an f16/bf16 gradient or output
+  kernels::DeviceBuffer staging;      // a host payload staged for a device decode
+};
+
+class CudaPath {
+ public:
+  std::unique_ptr<CudaCodec> codec;  // null when the codec has no CUDA backend
+  std::map<std::string, DeviceTensorState, std::less<>> states;
+  std::map<int, DeviceScratch> scratch;  // by device ordinal
+};
+
+}  // namespace gradcomp
+#else
+namespace gradcomp {
+class CudaPath {};
+}  // namespace gradcomp
+#endif

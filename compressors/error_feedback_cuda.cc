@@ -1,0 +1,330 @@
+// The CUDA path of ErrorFeedbackCompressor: device-resident state per tensor name, a per-device workspace grown once,
+// f16/bf16 conversion, the non-finite policy, and host <-> device coherence of the state. The codec-specific part
+// is a CudaCodec (compressors/cuda_codec.h).
+#include "gradcomp/config.h"
+
+#if GRADCOMP_WITH_CUDA
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "compressors/cuda_path.h"
+#include "compressors/error_feedback.h"
+#include "gradcomp/error.h"
+#include "kernels/common_cuda.h"
+#include "kernels/cuda_check.h"
+#include "kernels/philox_ops.cuh"
+
+namespace gradcomp {
+namespace {
+
+void check_float_dtype(const TensorView& view, std::string_view codec, std::string_view what) {
+  GRADCOMP_CHECK(view.dtype() == DType::kF32 || view.dtype() == DType::kF16 || view.dtype() == DType::kBF16,
+                 "compressor '{}': {} must be f32, f16 or bf16, got {}", codec, what, view.describe());
+}
+
+// True when `pointer` can be read by a kernel on the current device (device or managed memory).
+bool is_device_memory(const void* pointer) {
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
+}
+
+constexpr std::size_t kCounterBytes = 256;  // DeviceCounters, then the decode error flag at offset 128
+
+}  // namespace
+
+void write_header_device(const payload::Header& header, std::byte* out, cudaStream_t stream) {
+  std::array<std::byte, payload::kHeaderBytes> bytes{};
+  payload::encode_header(header, bytes);
+  // A pageable source: cudaMemcpyAsync returns once `bytes` has been staged, so the local array may go away.
+  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(out, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream));
+  for (std::size_t i = 0; i + 1 < header.section_count; ++i) {
+    const std::size_t end = payload::section_offset(header, i) + header.section_bytes[i];
+    const std::size_t pad = payload::align_up(header.section_bytes[i]) - header.section_bytes[i];
+    if (pad) GRADCOMP_CUDA_CHECK(cudaMemsetAsync(out + end, 0, pad, stream));
+  }
+}
+
+void ErrorFeedbackCompressor::sync_to_host(std::string_view name, bool drop_device) const {
+  if (!cuda_) return;
+  auto copy_back = [&](const std::string& tensor, DeviceTensorState& dstate) {
+    if (!dstate.device_newer) return;
+    auto it = states_.find(tensor);
+    GRADCOMP_ASSERT(it != states_.end(), "device state of '{}' has no host state", tensor);
+    kernels::DeviceGuard guard(dstate.device);
+    for (std::size_t b = 0; b < dstate.current.size(); ++b) {
+      auto& host = it->second.buffers[b];
+      if (!dstate.current[b].data()) {
+        host.clear();
+        continue;
+      }
+      host.resize(dstate.numel);
+      GRADCOMP_CUDA_CHECK(cudaMemcpy(host.data(), dstate.current[b].data(), dstate.numel * sizeof(float),
+                                     cudaMemcpyDeviceToHost));
+    }
+    dstate.device_newer = false;
+  };
+  if (name.empty()) {
+    for (auto& [tensor, dstate] : cuda_->states) copy_back(tensor, dstate);
+    if (drop_device) cuda_->states.clear();
+    return;
+  }
+  auto it = cuda_->states.find(name);
+  if (it == cuda_->states.end()) return;
+  copy_back(it->first, it->second);
+  if (drop_device) cuda_->states.erase(it);
+}
+
+void ErrorFeedbackCompressor::drop_device_states() {
+  if (cuda_) cuda_->states.clear();
+}
+
+std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::span<std::byte> out,
+                                                   const CompressContext& ctx) {
+  check_float_dtype(grad, name_, fmt::format("gradient '{}'", ctx.name));
+  if (!cuda_) {
+    cuda_ = std::make_unique<CudaPath>();
+    cuda_->codec = make_cuda_codec(codec_, params_);
+  }
+  GRADCOMP_CHECK(cuda_->codec != nullptr, "compressor '{}' has no CUDA path (tensor '{}' is {})", name_, ctx.name,
+                 grad.describe());
+  const std::size_t n = grad.numel();
+  const std::size_t needed = max_payload_bytes(n);
+  GRADCOMP_CHECK(out.size() >= needed, "compressor '{}': output buffer for '{}' has {} bytes, {} needed", name_,
+                 ctx.name, out.size(), needed);
+  const int device = grad.device().index;
+  kernels::DeviceGuard guard(device);
+  GRADCOMP_CHECK(n == 0 || is_device_memory(grad.data()),
+                 "compressor '{}': gradient '{}' is labelled {} but its memory is not CUDA device memory", name_,
+                 ctx.name, grad.describe());
+  GRADCOMP_CHECK(is_device_memory(out.data()),
+                 "compressor '{}': the payload buffer for CUDA tensor '{}' must be device memory on cuda:{}", name_,
+                 ctx.name, device);
+  auto stream = static_cast<cudaStream_t>(grad.stream());
+  CudaCodec& codec = *cuda_->codec;
+
+  // Host state (steps, scalars; float buffers stay empty while the device holds them) and device state.
+  auto host_it = states_.find(ctx.name);
+  if (host_it == states_.end()) {
+    TensorState fresh;
+    fresh.numel = n;
+    fresh.buffers.resize(1 + extra_state_buffers());
+    host_it = states_.emplace(std::string(ctx.name), std::move(fresh)).first;
+  }
+  TensorState& state = host_it->second;
+  GRADCOMP_CHECK(state.numel == n,
+                 "compressor '{}': tensor '{}' on rank {} has {} elements but its saved state has {} (did its shape "
+                 "change, or was state of another model loaded?)",
+                 name_, ctx.name, ctx.rank, n, state.numel);
+  auto dev_it = cuda_->states.find(ctx.name);
+  if (dev_it != cuda_->states.end() && dev_it->second.device != device) {
+    sync_to_host(ctx.name, /*drop_device=*/true);  // the tensor moved to another GPU
+    dev_it = cuda_->states.end();
+  }
+  if (dev_it == cuda_->states.end()) {
+    DeviceTensorState dstate;
+    dstate.device = device;
+    dstate.numel = n;
+    const std::size_t count = 1 + extra_state_buffers();
+    dstate.current.resize(count);
+    dstate.next.resize(count);
+    for (std::size_t b = 0; b < count; ++b) {
+      if (b == 0 && !ef_) continue;
+      const std::size_t bytes = std::max<std::size_t>(n, 1) * sizeof(float);
+      dstate.current[b].reserve(bytes);
+      dstate.next[b].reserve(bytes);
+      const auto& host = state.buffers[b];
+      if (host.size() == n && n > 0) {
+        GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dstate.current[b].data(), host.data(), n * sizeof(float),
+                                            cudaMemcpyHostToDevice, stream));
+      } else {
+        GRADCOMP_CUDA_CHECK(cudaMemsetAsync(dstate.current[b].data(), 0, n * sizeof(float), stream));
+      }
+    }
+    // The device now holds the authoritative copy (the host's may be empty).
+    dstate.device_newer = true;
+    dev_it = cuda_->states.emplace(std::string(ctx.name), std::move(dstate)).first;
+  }
+  DeviceTensorState& dstate = dev_it->second;
+
+  DeviceScratch& scratch = cuda_->scratch[device];
+  scratch.counters.reserve(kCounterBytes);
+  scratch.workspace.reserve(std::max<std::size_t>(codec.workspace_bytes(n), 256));
+  const float* values = static_cast<const float*>(grad.data());
+  if (grad.dtype() != DType::kF32) {
+    scratch.values.reserve(std::max<std::size_t>(n, 1) * sizeof(float));
+    kernels::launch_half_to_float(static_cast<const std::uint16_t*>(grad.data()), scratch.values.as<float>(), n,
+                                  grad.dtype() == DType::kBF16, stream);
+    values = scratch.values.as<float>();
+  }
+  auto* counters = scratch.counters.as<kernels::DeviceCounters>();
+
+  std::vector<const float*> current(dstate.current.size());
+  std::vector<float*> next(dstate.next.size());
+  for (std::size_t b = 0; b < current.size(); ++b) {
+    current[b] = dstate.current[b].as<const float>();
+    next[b] = dstate.next[b].as<float>();
+  }
+  CudaEncodeArgs args;
+  args.grad = values;
+  args.numel = n;
+  args.ctx = &ctx;
+  args.state = &state;
+  args.tensor_key = kernels::fnv1a64(ctx.name.data(), ctx.name.size());
+  args.original_dtype = grad.dtype();
+  args.buffers = current;
+  args.next = next;
+  args.counters = counters;
+  args.workspace = scratch.workspace.data();
+  args.stream = stream;
+
+  stats_ = CompressStats{};
+  stats_.numel = n;
+  const std::vector<double> scalars_before = state.scalars;
+  auto* payload = out.data();
+  GRADCOMP_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(kernels::DeviceCounters), stream));
+  std::size_t size = codec.encode(args, payload, stats_);
+  kernels::DeviceCounters host_counters{};
+  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&host_counters, counters, sizeof(host_counters), cudaMemcpyDeviceToHost, stream));
+  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  stats_.nonfinite = host_counters.nonfinite;
+  stats_.saturated = std::max<std::size_t>(stats_.saturated, host_counters.saturated);
+
+  if (stats_.nonfinite > 0) {
+    switch (nonfinite_) {
+      case NonFinitePolicy::kRaise: {
+        state.scalars = scalars_before;
+        std::vector<float> host(n);
+        GRADCOMP_CUDA_CHECK(cudaMemcpy(host.data(), values, n * sizeof(float), cudaMemcpyDeviceToHost));
+        const auto bad = std::find_if(host.begin(), host.end(), [](float v) { return !std::isfinite(v); });
+        const std::size_t first = static_cast<std::size_t>(bad - host.begin());
+        throw InvalidArgument(fmt::format(
+            "compressor '{}': gradient '{}' on rank {} at step {} has {} non-finite value(s), the first at index {} "
+            "({}); the error-feedback state was left untouched (use nonfinite=skip or nonfinite=pass to continue)",
+            name_, ctx.name, ctx.rank, ctx.step, stats_.nonfinite, first, bad == host.end() ? 0.0f : *bad));
+      }
+      case NonFinitePolicy::kSkip: {
+        // Encode zeros against throw-away state (a rare path: it allocates), so nothing persistent changes.
+        state.scalars = scalars_before;
+        const std::size_t bytes = std::max<std::size_t>(n, 1) * sizeof(float);
+        kernels::DeviceBuffer zeros(bytes);
+        GRADCOMP_CUDA_CHECK(cudaMemsetAsync(zeros.data(), 0, bytes, stream));
+        std::vector<kernels::DeviceBuffer> extra_cur(current.size()), extra_next(current.size());
+        std::vector<const float*> scratch_cur(current.size(), nullptr);
+        std::vector<float*> scratch_next(current.size(), nullptr);
+        for (std::size_t b = 1; b < current.size(); ++b) {
+          extra_cur[b].reserve(bytes);
+          extra_next[b].reserve(bytes);
+          GRADCOMP_CUDA_CHECK(cudaMemsetAsync(extra_cur[b].data(), 0, bytes, stream));
+          scratch_cur[b] = extra_cur[b].as<const float>();
+          scratch_next[b] = extra_next[b].as<float>();
+        }
+        TensorState scratch_state;
+        scratch_state.numel = n;
+        scratch_state.scalars = state.scalars;
+        CudaEncodeArgs zero_args = args;
+        zero_args.grad = zeros.as<const float>();
+        zero_args.state = &scratch_state;
+        zero_args.buffers = scratch_cur;
+        zero_args.next = scratch_next;
+        CompressStats zero_stats;
+        zero_stats.numel = n;
+        GRADCOMP_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(kernels::DeviceCounters), stream));
+        size = codec.encode(zero_args, payload, zero_stats);
+        GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+        zero_stats.nonfinite = stats_.nonfinite;
+        zero_stats.skipped = true;
+        zero_stats.payload_bytes = size;
+        stats_ = zero_stats;
+        return size;
+      }
+      case NonFinitePolicy::kPass:
+        for (float* buffer : next) {
+          if (buffer) kernels::launch_zero_nonfinite(buffer, n, stream);
+        }
+        break;
+    }
+  }
+  for (std::size_t b = 0; b < dstate.current.size(); ++b) {
+    if (next[b]) dstate.current[b].swap(dstate.next[b]);
+  }
+  dstate.device_newer = true;
+  ++state.steps;
+  stats_.payload_bytes = size;
+  return size;
+}
+
+void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::byte> bytes, const TensorView& out,
+                                              DecodeMode mode) {
+  check_float_dtype(out, name_, "decompress output");
+  if (!cuda_) {
+    cuda_ = std::make_unique<CudaPath>();
+    cuda_->codec = make_cuda_codec(codec_, params_);
+  }
+  GRADCOMP_CHECK(cuda_->codec != nullptr, "compressor '{}' has no CUDA path (output is {})", name_, out.describe());
+  GRADCOMP_CHECK_AS(CorruptPayload, bytes.size() >= payload::kHeaderBytes,
+                    "corrupt payload: {} bytes is shorter than the {}-byte header", bytes.size(), payload::kHeaderBytes);
+  const int device = out.device().index;
+  kernels::DeviceGuard guard(device);
+  auto stream = static_cast<cudaStream_t>(out.stream());
+  DeviceScratch& scratch = cuda_->scratch[device];
+  const std::size_t n = out.numel();
+
+  // The payload may be host memory (e.g. received by MPI into a host buffer): stage it on the device.
+  const std::byte* device_bytes = bytes.data();
+  if (!is_device_memory(bytes.data())) {
+    scratch.staging.reserve(bytes.size());
+    GRADCOMP_CUDA_CHECK(
+        cudaMemcpyAsync(scratch.staging.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream));
+    device_bytes = scratch.staging.as<const std::byte>();
+  }
+  std::array<std::byte, payload::kHeaderBytes> prefix{};
+  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(prefix.data(), device_bytes, prefix.size(), cudaMemcpyDeviceToHost, stream));
+  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  payload::View view;
+  view.header = payload::decode_header(prefix, bytes.size());
+  GRADCOMP_CHECK_AS(CorruptPayload, view.header.codec == codec_,
+                    "corrupt payload: codec {} ({}) where {} ({}) was expected",
+                    payload::codec_name(view.header.codec), static_cast<int>(view.header.codec),
+                    payload::codec_name(codec_), static_cast<int>(codec_));
+  GRADCOMP_CHECK_AS(CorruptPayload, view.header.numel == n,
+                    "corrupt payload: it holds {} elements but the output tensor has {}", view.header.numel, n);
+  for (std::size_t i = 0; i < view.header.section_count; ++i) {
+    view.sections[i] = std::span<const std::byte>(device_bytes + payload::section_offset(view.header, i),
+                                                   view.header.section_bytes[i]);
+  }
+
+  scratch.counters.reserve(kCounterBytes);
+  scratch.workspace.reserve(std::max<std::size_t>(cuda_->codec->decode_workspace_bytes(n), 256));
+  auto* error_flag = reinterpret_cast<int*>(scratch.counters.as<std::byte>() + 128);
+  GRADCOMP_CUDA_CHECK(cudaMemsetAsync(error_flag, 0, sizeof(int), stream));
+
+  CudaDecodeArgs args;
+  args.view = &view;
+  args.numel = n;
+  args.accumulate = mode == DecodeMode::kAccumulate;
+  args.error_flag = error_flag;
+  args.workspace = scratch.workspace.data();
+  args.stream = stream;
+  if (out.dtype() == DType::kF32) {
+    args.out = static_cast<float*>(out.data());
+    cuda_->codec->decode(args);
+    return;
+  }
+  const bool bf16 = out.dtype() == DType::kBF16;
+  scratch.values.reserve(std::max<std::size_t>(n, 1) * sizeof(float));
+  auto* values = scratch.values.as<float>();
+  if (args.accumulate) {
+    kernels::launch_half_to_float(static_cast<const std::uint16_t*>(out.data()), values, n, bf16, stream);
+  }
+  args.out = values;
+  cuda_->codec->decode(args);
+  kernels::launch_float_to_half(values, static_cast<std::uint16_t*>(out.data()), n, bf16, stream);
+}
+
+}  // namespace gradcomp
+#endif

@@ -1,0 +1,80 @@
+#include "kernels/common_cuda.h"
+
+#include "kernels/cuda_check.h"
+#include "kernels/cuda_reduce.cuh"
+#include "kernels/half_ops.cuh"
+
+namespace gradcomp::kernels {
+namespace {
+
+constexpr unsigned kThreads = 256;
+
+__global__ void half_to_float_kernel(const std::uint16_t* in, float* out, std::size_t n, bool is_bf16) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    out[i] = is_bf16 ? bf16_bits_to_float(in[i]) : half_bits_to_float(in[i]);
+  }
+}
+
+__global__ void float_to_half_kernel(const float* in, std::uint16_t* out, std::size_t n, bool is_bf16) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    out[i] = is_bf16 ? float_to_bf16_bits(in[i]) : float_to_half_bits(in[i]);
+  }
+}
+
+// Loop bounds are uniform per warp round (the whole warp iterates while any lane has work), so warp_count's
+// full-warp shuffle is legal.
+__global__ void count_nonfinite_kernel(const float* values, std::size_t n, DeviceCounters* counters) {
+  const std::size_t stride = std::size_t{gridDim.x} * blockDim.x;
+  unsigned long long count = 0;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += stride) {
+    count += !isfinite(values[i]);
+  }
+  warp_count(count, &counters->nonfinite);
+}
+
+__global__ void zero_nonfinite_kernel(float* values, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    if (!isfinite(values[i])) values[i] = 0.0f;
+  }
+}
+
+}  // namespace
+
+unsigned grid_for(std::size_t work_items, unsigned threads) {
+  int device = 0, sms = 0;
+  GRADCOMP_CUDA_CHECK(cudaGetDevice(&device));
+  GRADCOMP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const std::size_t wanted = (work_items + threads - 1) / threads;
+  const std::size_t cap = static_cast<std::size_t>(sms > 0 ? sms : 1) * 8;
+  const std::size_t blocks = wanted < cap ? wanted : cap;
+  return static_cast<unsigned>(blocks > 0 ? blocks : 1);
+}
+
+void launch_half_to_float(const std::uint16_t* in, float* out, std::size_t n, bool is_bf16, cudaStream_t stream) {
+  if (n == 0) return;
+  half_to_float_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(in, out, n, is_bf16);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_float_to_half(const float* in, std::uint16_t* out, std::size_t n, bool is_bf16, cudaStream_t stream) {
+  if (n == 0) return;
+  float_to_half_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(in, out, n, is_bf16);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_count_nonfinite(const float* values, std::size_t n, DeviceCounters* counters, cudaStream_t stream) {
+  if (n == 0) return;
+  count_nonfinite_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(values, n, counters);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_zero_nonfinite(float* values, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  zero_nonfinite_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(values, n);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace gradcomp::kernels

@@ -1,0 +1,27 @@
+// Small CUDA kernels the compressor framework needs around every codec: dtype conversion of f16/bf16 tensors,
+// non-finite counting and resetting, and the grid size for grid-stride loops. CUDA builds only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/cuda_counters.cuh"
+
+namespace gradcomp::kernels {
+
+// Blocks for a grid-stride kernel of `threads` threads over `work_items` items: enough to fill every SM a few times,
+// no more (a persistent-style grid). At least 1.
+unsigned grid_for(std::size_t work_items, unsigned threads);
+
+// f16 (is_bf16 = false) or bf16 bits -> f32, n elements.
+void launch_half_to_float(const std::uint16_t* in, float* out, std::size_t n, bool is_bf16, cudaStream_t stream);
+// f32 -> f16/bf16 bits, round to nearest even (kernels/half_ops.cuh), n elements.
+void launch_float_to_half(const float* in, std::uint16_t* out, std::size_t n, bool is_bf16, cudaStream_t stream);
+// Adds the number of NaN/Inf values among n into counters->nonfinite.
+void launch_count_nonfinite(const float* values, std::size_t n, DeviceCounters* counters, cudaStream_t stream);
+// Sets every NaN/Inf among n values to zero.
+void launch_zero_nonfinite(float* values, std::size_t n, cudaStream_t stream);
+
+}  // namespace gradcomp::kernels

@@ -1,0 +1,56 @@
+#include "gradcomp/config.h"
+
+#if GRADCOMP_WITH_CUDA
+#include "kernels/cuda_buffer.h"
+
+#include <utility>
+
+#include "gradcomp/error.h"
+#include "kernels/cuda_check.h"
+
+namespace gradcomp::kernels {
+
+DeviceGuard::DeviceGuard(int device) {
+  GRADCOMP_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != device) {
+    GRADCOMP_CUDA_CHECK(cudaSetDevice(device));
+    changed_ = true;
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (changed_) (void)cudaSetDevice(previous_);
+}
+
+void* DeviceBuffer::reserve(std::size_t bytes) {
+  if (bytes <= bytes_) return data_;
+  release();
+  void* data = nullptr;
+  GRADCOMP_CUDA_CHECK(cudaMalloc(&data, bytes));
+  data_ = data;
+  bytes_ = bytes;
+  return data_;
+}
+
+void DeviceBuffer::release() noexcept {
+  if (data_) (void)cudaFree(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+void DeviceBuffer::swap(DeviceBuffer& other) noexcept {
+  std::swap(data_, other.data_);
+  std::swap(bytes_, other.bytes_);
+}
+
+void* WorkspaceCarver::take_bytes(std::size_t bytes) {
+  constexpr std::size_t kAlign = 256;
+  const std::size_t offset = (used_ + kAlign - 1) / kAlign * kAlign;
+  used_ = offset + bytes;
+  if (base_ == nullptr) return nullptr;
+  GRADCOMP_ASSERT(used_ <= capacity_, "CUDA workspace of {} bytes is too small ({} needed so far)", capacity_, used_);
+  return base_ + offset;
+}
+
+}  // namespace gradcomp::kernels
+#endif

@@ -1,0 +1,81 @@
+// Owning device memory and a current-device guard, for the host side of the CUDA path (CUDA builds only).
+#pragma once
+
+#include <cstddef>
+
+#include <cuda_runtime_api.h>
+
+namespace gradcomp::kernels {
+
+// Makes `device` current for its lifetime and restores the previous device afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+// A cudaMalloc'd block on one device, freed by the destructor. Move-only. reserve() only ever grows it, so a
+// workspace sized once by the largest request is never reallocated on later calls (no cudaMalloc on the hot path).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t bytes) { reserve(bytes); }
+  ~DeviceBuffer() { release(); }
+  DeviceBuffer(DeviceBuffer&& other) noexcept { swap(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      swap(other);
+    }
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  // Ensures at least `bytes` bytes on the current device; when it must grow, the old contents are lost. Returns
+  // data(). Throws CudaError when cudaMalloc fails.
+  void* reserve(std::size_t bytes);
+  void release() noexcept;
+  void swap(DeviceBuffer& other) noexcept;
+
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// Carves aligned pieces out of one workspace block. With a null base it only counts (the CUB-style size query:
+// call once with null to learn the bytes, then again with a block of that size).
+class WorkspaceCarver {
+ public:
+  WorkspaceCarver(void* base, std::size_t capacity) : base_(static_cast<std::byte*>(base)), capacity_(capacity) {}
+
+  // The next `count` elements of T, 256-byte aligned; null in query mode. Throws InvalidArgument (via an assert) when
+  // the block is too small.
+  template <typename T>
+  T* take(std::size_t count) {
+    return static_cast<T*>(take_bytes(count * sizeof(T)));
+  }
+  void* take_bytes(std::size_t bytes);
+  std::size_t used() const { return used_; }
+  bool querying() const { return base_ == nullptr; }
+
+ private:
+  std::byte* base_;
+  std::size_t capacity_;
+  std::size_t used_ = 0;
+};
+
+}  // namespace gradcomp::kernels

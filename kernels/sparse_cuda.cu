@@ -1,0 +1,446 @@
+#include "kernels/sparse_cuda.h"
+
+#include <cub/device/device_select.cuh>
+#include <thrust/iterator/counting_iterator.h>
+
+#include "kernels/common_cuda.h"
+#include "kernels/cuda_check.h"
+#include "kernels/cuda_reduce.cuh"
+#include "kernels/half_ops.cuh"
+#include "kernels/sparsify_ops.cuh"
+
+namespace gradcomp::kernels {
+namespace {
+
+constexpr unsigned kThreads = 256;
+constexpr unsigned kMaxBins = 2048;
+// Radix digits of the 31-bit magnitude key, most significant first: bits [20, 31), [9, 20), [0, 9).
+__host__ __device__ constexpr int shift_of(int pass) { return pass == 0 ? 20 : (pass == 1 ? 9 : 0); }
+__host__ __device__ constexpr int width_of(int pass) { return pass == 2 ? 9 : 11; }
+
+// Workspace layout (each piece 256-byte aligned).
+constexpr std::size_t kHistOffset = 0;                                  // kMaxBins u32
+constexpr std::size_t kStateOffset = kMaxBins * sizeof(std::uint32_t);  // TopkSelectState
+constexpr std::size_t kCountOffset = kStateOffset + 256;                // selected count (i64)
+constexpr std::size_t kTiesOffset = kCountOffset + 256;                 // n int32 (tie indices), then CUB temp
+
+std::size_t align256(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// Stable selection predicates over element indices.
+struct AtLeast {
+  const float* values;
+  std::uint32_t key;
+  __device__ bool operator()(std::int32_t i) const { return magnitude_key(values[i]) >= key; }
+};
+struct Equal {
+  const float* values;
+  std::uint32_t key;
+  __device__ bool operator()(std::int32_t i) const { return magnitude_key(values[i]) == key; }
+};
+// key > T, or key == T at an index no later than the last tie taken (ties[take - 1], read from device memory).
+struct AboveOrEarlyTie {
+  const float* values;
+  std::uint32_t key;
+  const std::int32_t* last_tie;
+  __device__ bool operator()(std::int32_t i) const {
+    const std::uint32_t k = magnitude_key(values[i]);
+    return k > key || (k == key && i <= *last_tie);
+  }
+};
+
+template <typename Predicate>
+std::size_t select_temp_bytes(std::size_t n) {
+  std::size_t bytes = 0;
+  GRADCOMP_CUDA_CHECK(cub::DeviceSelect::If(nullptr, bytes, thrust::counting_iterator<std::int32_t>(0),
+                                            static_cast<std::int32_t*>(nullptr), static_cast<long long*>(nullptr),
+                                            static_cast<std::int64_t>(n), Predicate{}, cudaStream_t{}));
+  return bytes;
+}
+
+std::size_t cub_temp_bytes(std::size_t n) {
+  std::size_t bytes = select_temp_bytes<AtLeast>(n);
+  bytes = std::max(bytes, select_temp_bytes<Equal>(n));
+  bytes = std::max(bytes, select_temp_bytes<AboveOrEarlyTie>(n));
+  return bytes;
+}
+
+// One radix pass: a shared-memory histogram of the digit of every key whose higher digits equal the prefix found so
+// far, added into the global histogram with one integer atomic per non-empty bin per block (exact, order-free).
+template <int Pass>
+__global__ void __launch_bounds__(kThreads) radix_histogram_kernel(const float* grad, const float* residual,
+                                                                   float* values, std::size_t n,
+                                                                   const TopkSelectState* state, std::uint32_t* hist,
+                                                                   DeviceCounters* counters) {
+  constexpr int kShift = shift_of(Pass);
+  constexpr int kWidth = width_of(Pass);
+  constexpr unsigned kBins = 1u << kWidth;
+  __shared__ std::uint32_t local[kBins];
+  for (unsigned b = threadIdx.x; b < kBins; b += blockDim.x) local[b] = 0;
+  __syncthreads();
+  const std::uint32_t prefix = Pass == 0 ? 0u : state->prefix;
+  unsigned long long nonfinite = 0;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    float v;
+    if (Pass == 0 && grad != nullptr) {
+      const float g = grad[i];
+      nonfinite += !isfinite(g);
+      v = residual ? ef_accumulate(residual[i], g) : g;
+      if (residual) values[i] = v;
+    } else {
+      v = values[i];
+      if (Pass == 0) nonfinite += !isfinite(v);
+    }
+    const std::uint32_t key = magnitude_key(v);
+    if (Pass > 0 && (key >> (kShift + kWidth)) != prefix) continue;
+    atomicAdd(&local[(key >> kShift) & (kBins - 1)], 1u);
+  }
+  if (Pass == 0) warp_count(nonfinite, &counters->nonfinite);
+  __syncthreads();
+  for (unsigned b = threadIdx.x; b < kBins; b += blockDim.x) {
+    if (local[b]) atomicAdd(&hist[b], local[b]);
+  }
+}
+
+// Finds the bin holding the k_remaining-th largest key (scanning from the top bin) and extends the prefix. One
+// thread: at most 2048 bins.
+__global__ void pick_bin_kernel(const std::uint32_t* hist, unsigned bins, int width, TopkSelectState* state) {
+  std::uint32_t cumulative = 0;
+  const std::uint32_t want = state->k_remaining;
+  for (int b = static_cast<int>(bins) - 1; b >= 0; --b) {
+    const std::uint32_t count = hist[b];
+    if (cumulative + count >= want) {
+      state->prefix = (state->prefix << width) | static_cast<std::uint32_t>(b);
+      state->k_remaining = want - cumulative;
+      state->bin_count = count;
+      return;
+    }
+    cumulative += count;
+  }
+}
+
+__global__ void gather_kernel(const float* values, const std::int32_t* indices, std::size_t k, float prescale,
+                              bool f16, void* values_out, float* residual_out, DeviceCounters* counters) {
+  unsigned long long saturated = 0;
+  for (std::size_t j = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; j < k;
+       j += std::size_t{gridDim.x} * blockDim.x) {
+    const std::int32_t i = indices[j];
+    const float v = values[i];
+    const float wire = v * prescale;
+    float decoded = wire;
+    if (f16) {
+      bool clamped = false;
+      const std::uint16_t bits = sparse_value_to_half(wire, clamped);
+      saturated += clamped;
+      static_cast<std::uint16_t*>(values_out)[j] = bits;
+      decoded = half_bits_to_float(bits);
+    } else {
+      static_cast<float*>(values_out)[j] = wire;
+    }
+    if (residual_out) residual_out[i] = prescale == 1.0f ? v - decoded : v - decoded / prescale;
+  }
+  warp_count(saturated, &counters->saturated);
+}
+
+__global__ void ef_accumulate_kernel(const float* grad, const float* residual, float* values, std::size_t n,
+                                     DeviceCounters* counters) {
+  unsigned long long nonfinite = 0;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float g = grad[i];
+    nonfinite += !isfinite(g);
+    if (residual) values[i] = ef_accumulate(residual[i], g);
+  }
+  warp_count(nonfinite, &counters->nonfinite);
+}
+
+__global__ void block_norms_kernel(const float* grad, const float* residual, float* values, std::size_t n,
+                                   std::size_t block, std::uint32_t* keys, DeviceCounters* counters) {
+  const std::size_t blocks = (n + block - 1) / block;
+  unsigned long long nonfinite = 0;
+  for (std::size_t b = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; b < blocks;
+       b += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t begin = b * block, end = begin + block < n ? begin + block : n;
+    float sum = 0.0f;
+    for (std::size_t i = begin; i < end; ++i) {
+      const float g = grad[i];
+      nonfinite += !isfinite(g);
+      float v = g;
+      if (residual) {
+        v = ef_accumulate(residual[i], g);
+        values[i] = v;
+      }
+      sum = block_norm_step(sum, v);
+    }
+    keys[b] = magnitude_key(sum);
+  }
+  warp_count(nonfinite, &counters->nonfinite);
+}
+
+// One thread per element of the selected blocks (count * block slots; slots past the tensor's end do nothing).
+__global__ void block_gather_kernel(const float* values, const std::int32_t* ids, std::size_t count, std::size_t block,
+                                    std::size_t n, float prescale, float* body, float* residual_out) {
+  for (std::size_t t = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; t < count * block;
+       t += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t j = t / block, e = t % block;
+    const std::size_t i = static_cast<std::size_t>(ids[j]) * block + e;
+    if (i >= n) continue;
+    const float v = values[i];
+    const float wire = v * prescale;
+    body[t] = wire;
+    if (residual_out) residual_out[i] = prescale == 1.0f ? v - wire : v - wire / prescale;
+  }
+}
+
+// Race-free without atomics: block ids are validated strictly increasing, so the blocks are disjoint.
+__global__ void block_scatter_kernel(const std::int32_t* ids, std::size_t count, std::size_t block, std::size_t n,
+                                     const float* body, float* out, bool accumulate) {
+  for (std::size_t t = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; t < count * block;
+       t += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t j = t / block, e = t % block;
+    const std::size_t i = static_cast<std::size_t>(ids[j]) * block + e;
+    if (i >= n) continue;
+    out[i] = accumulate ? out[i] + body[t] : body[t];
+  }
+}
+
+__global__ void dgc_chunk_norm_kernel(const float* grad, std::size_t n, double* partial) {
+  const std::size_t chunks = (n + 65535) / 65536;
+  for (std::size_t c = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; c < chunks;
+       c += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t begin = c * 65536, end = begin + 65536 < n ? begin + 65536 : n;
+    double sum = 0.0;
+    for (std::size_t i = begin; i < end; ++i) sum += double(grad[i]) * grad[i];  // no FMA: --fmad=false
+    partial[c] = sum;
+  }
+}
+
+__global__ void dgc_clip_scale_kernel(const double* partial, std::size_t chunks, double clip, float* scale_out) {
+  double sum = 0.0;
+  for (std::size_t c = 0; c < chunks; ++c) sum += partial[c];
+  const double norm = sqrt(sum);
+  *scale_out = norm > clip ? static_cast<float>(clip / norm) : 1.0f;
+}
+
+__global__ void dgc_accumulate_kernel(const float* grad, const float* scale, const float* u, const float* v,
+                                      float* u_out, float* v_out, std::size_t n, float momentum, bool nesterov,
+                                      DeviceCounters* counters) {
+  const float s = scale ? *scale : 1.0f;
+  unsigned long long nonfinite = 0;
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::size_t{gridDim.x} * blockDim.x) {
+    const float g = grad[i];
+    nonfinite += !isfinite(g);
+    float ui = u[i], vi = v[i];
+    dgc_accumulate(s == 1.0f ? g : g * s, momentum, nesterov, ui, vi);
+    u_out[i] = ui;
+    v_out[i] = vi;
+  }
+  warp_count(nonfinite, &counters->nonfinite);
+}
+
+__global__ void dgc_sample_kernel(const float* v, std::size_t n, PhiloxStream stream, std::size_t full_draws,
+                                  std::size_t samples, float* keys) {
+  for (std::size_t s = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; s < samples;
+       s += std::size_t{gridDim.x} * blockDim.x) {
+    const std::size_t c = s / full_draws, j = s % full_draws;
+    const std::size_t begin = c * 65536;
+    const std::size_t length = n - begin < 65536 ? n - begin : 65536;
+    const std::uint64_t offset = uniform_below32(stream.bits(begin + j), length);
+    keys[s] = __uint_as_float(magnitude_key(v[begin + offset]));
+  }
+}
+
+__global__ void zero_at_kernel(const std::int32_t* indices, std::size_t k, float* target) {
+  for (std::size_t j = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; j < k;
+       j += std::size_t{gridDim.x} * blockDim.x) {
+    target[indices[j]] = 0.0f;
+  }
+}
+
+__global__ void validate_indices_kernel(const std::int32_t* indices, std::size_t k, std::uint64_t limit,
+                                        int* error_flag) {
+  for (std::size_t j = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; j < k;
+       j += std::size_t{gridDim.x} * blockDim.x) {
+    const long long index = indices[j];
+    const long long previous = j == 0 ? -1 : indices[j - 1];
+    if (!(index > previous && static_cast<std::uint64_t>(index) < limit)) atomicExch(error_flag, 1);
+  }
+}
+
+// Race-free without atomics: indices are validated strictly increasing, so each j writes its own element.
+__global__ void scatter_kernel(const std::int32_t* indices, const void* values, bool f16, std::size_t k, float* out,
+                               bool accumulate) {
+  for (std::size_t j = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; j < k;
+       j += std::size_t{gridDim.x} * blockDim.x) {
+    const float value = f16 ? half_bits_to_float(static_cast<const std::uint16_t*>(values)[j])
+                            : static_cast<const float*>(values)[j];
+    const std::int32_t i = indices[j];
+    out[i] = accumulate ? out[i] + value : value;
+  }
+}
+
+}  // namespace
+
+std::size_t topk_workspace_bytes(std::size_t n) {
+  return kTiesOffset + align256(std::max<std::size_t>(n, 1) * sizeof(std::int32_t)) + align256(cub_temp_bytes(n));
+}
+
+TopkThreshold topk_threshold(const float* grad, const float* residual, float* values, std::size_t n, std::size_t k,
+                             void* workspace, DeviceCounters* counters, cudaStream_t stream) {
+  auto* base = static_cast<std::byte*>(workspace);
+  auto* hist = reinterpret_cast<std::uint32_t*>(base + kHistOffset);
+  auto* state = reinterpret_cast<TopkSelectState*>(base + kStateOffset);
+  const TopkSelectState initial{0u, static_cast<std::uint32_t>(k), 0u, 0u};
+  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(state, &initial, sizeof(initial), cudaMemcpyHostToDevice, stream));
+  const unsigned blocks = grid_for(n, kThreads);
+  GRADCOMP_CUDA_CHECK(cudaMemsetAsync(hist, 0, kMaxBins * sizeof(std::uint32_t), stream));
+  radix_histogram_kernel<0><<<blocks, kThreads, 0, stream>>>(grad, residual, values, n, state, hist, counters);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+  pick_bin_kernel<<<1, 1, 0, stream>>>(hist, 1u << width_of(0), width_of(0), state);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+  GRADCOMP_CUDA_CHECK(cudaMemsetAsync(hist, 0, kMaxBins * sizeof(std::uint32_t), stream));
+  radix_histogram_kernel<1><<<blocks, kThreads, 0, stream>>>(nullptr, nullptr, values, n, state, hist, counters);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+  pick_bin_kernel<<<1, 1, 0, stream>>>(hist, 1u << width_of(1), width_of(1), state);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+  GRADCOMP_CUDA_CHECK(cudaMemsetAsync(hist, 0, kMaxBins * sizeof(std::uint32_t), stream));
+  radix_histogram_kernel<2><<<blocks, kThreads, 0, stream>>>(nullptr, nullptr, values, n, state, hist, counters);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+  pick_bin_kernel<<<1, 1, 0, stream>>>(hist, 1u << width_of(2), width_of(2), state);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+  TopkSelectState result{};
+  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&result, state, sizeof(result), cudaMemcpyDeviceToHost, stream));
+  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return TopkThreshold{result.prefix, result.k_remaining, result.bin_count};
+}
+
+void topk_compact(const float* values, std::size_t n, const TopkThreshold& threshold, std::int32_t* indices,
+                  void* workspace, cudaStream_t stream) {
+  auto* base = static_cast<std::byte*>(workspace);
+  auto* count = reinterpret_cast<long long*>(base + kCountOffset);
+  auto* ties = reinterpret_cast<std::int32_t*>(base + kTiesOffset);
+  void* temp = base + kTiesOffset + align256(std::max<std::size_t>(n, 1) * sizeof(std::int32_t));
+  std::size_t temp_bytes = cub_temp_bytes(n);
+  const thrust::counting_iterator<std::int32_t> first(0);
+  const auto items = static_cast<std::int64_t>(n);
+  if (threshold.take_ties == threshold.ties) {  // every element with key >= T is selected
+    GRADCOMP_CUDA_CHECK(
+        cub::DeviceSelect::If(temp, temp_bytes, first, indices, count, items, AtLeast{values, threshold.key}, stream));
+    return;
+  }
+  // Some ties are left out: list the ties in index order, then keep key > T and the first take_ties ties.
+  GRADCOMP_CUDA_CHECK(
+      cub::DeviceSelect::If(temp, temp_bytes, first, ties, count, items, Equal{values, threshold.key}, stream));
+  temp_bytes = cub_temp_bytes(n);
+  GRADCOMP_CUDA_CHECK(cub::DeviceSelect::If(temp, temp_bytes, first, indices, count, items,
+                                            AboveOrEarlyTie{values, threshold.key, ties + threshold.take_ties - 1},
+                                            stream));
+}
+
+void launch_sparse_gather(const float* values, const std::int32_t* indices, std::size_t k, float prescale, bool f16,
+                          void* values_out, float* residual_out, DeviceCounters* counters, cudaStream_t stream) {
+  if (k == 0) return;
+  gather_kernel<<<grid_for(k, kThreads), kThreads, 0, stream>>>(values, indices, k, prescale, f16, values_out,
+                                                                residual_out, counters);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_ef_accumulate(const float* grad, const float* residual, float* values, std::size_t n,
+                          DeviceCounters* counters, cudaStream_t stream) {
+  if (n == 0) return;
+  ef_accumulate_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(grad, residual, values, n, counters);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_block_norms(const float* grad, const float* residual, float* values, std::size_t n, std::size_t block,
+                        std::uint32_t* keys, DeviceCounters* counters, cudaStream_t stream) {
+  if (n == 0) return;
+  const std::size_t blocks = (n + block - 1) / block;
+  block_norms_kernel<<<grid_for(blocks, kThreads), kThreads, 0, stream>>>(grad, residual, values, n, block, keys,
+                                                                          counters);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_block_gather(const float* values, const std::int32_t* ids, std::size_t count, std::size_t block,
+                         std::size_t n, float prescale, float* body, float* residual_out, cudaStream_t stream) {
+  if (count == 0) return;
+  block_gather_kernel<<<grid_for(count * block, kThreads), kThreads, 0, stream>>>(values, ids, count, block, n,
+                                                                                  prescale, body, residual_out);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_block_scatter(const std::int32_t* ids, std::size_t count, std::size_t block, std::size_t n,
+                          const float* body, float* out, bool accumulate, cudaStream_t stream) {
+  if (!accumulate && n > 0) GRADCOMP_CUDA_CHECK(cudaMemsetAsync(out, 0, n * sizeof(float), stream));
+  if (count == 0) return;
+  block_scatter_kernel<<<grid_for(count * block, kThreads), kThreads, 0, stream>>>(ids, count, block, n, body, out,
+                                                                                   accumulate);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_dgc_clip_scale(const float* grad, std::size_t n, double clip, double* partial, float* scale_out,
+                           cudaStream_t stream) {
+  const std::size_t chunks = (n + 65535) / 65536;
+  if (chunks > 0) {
+    dgc_chunk_norm_kernel<<<grid_for(chunks, 64), 64, 0, stream>>>(grad, n, partial);
+    GRADCOMP_CUDA_LAUNCH_CHECK();
+  }
+  dgc_clip_scale_kernel<<<1, 1, 0, stream>>>(partial, chunks, clip, scale_out);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_dgc_accumulate(const float* grad, const float* scale, const float* u, const float* v, float* u_out,
+                           float* v_out, std::size_t n, float momentum, bool nesterov, DeviceCounters* counters,
+                           cudaStream_t stream) {
+  if (n == 0) return;
+  dgc_accumulate_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(grad, scale, u, v, u_out, v_out, n, momentum,
+                                                                        nesterov, counters);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_dgc_sample(const float* v, std::size_t n, const PhiloxStream& stream, std::size_t full_draws,
+                       std::size_t samples, float* keys, cudaStream_t stream_cuda) {
+  if (samples == 0 || full_draws == 0) return;
+  dgc_sample_kernel<<<grid_for(samples, kThreads), kThreads, 0, stream_cuda>>>(v, n, stream, full_draws, samples,
+                                                                               keys);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+std::size_t collect_at_least(const float* values, std::size_t n, std::uint32_t threshold_key, std::int32_t* indices,
+                             void* workspace, cudaStream_t stream) {
+  auto* base = static_cast<std::byte*>(workspace);
+  auto* count = reinterpret_cast<long long*>(base + kCountOffset);
+  void* temp = base + kTiesOffset + align256(std::max<std::size_t>(n, 1) * sizeof(std::int32_t));
+  std::size_t temp_bytes = cub_temp_bytes(n);
+  GRADCOMP_CUDA_CHECK(cub::DeviceSelect::If(temp, temp_bytes, thrust::counting_iterator<std::int32_t>(0), indices,
+                                            count, static_cast<std::int64_t>(n), AtLeast{values, threshold_key},
+                                            stream));
+  long long host_count = 0;
+  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&host_count, count, sizeof(host_count), cudaMemcpyDeviceToHost, stream));
+  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return static_cast<std::size_t>(host_count);
+}
+
+void launch_zero_at(const std::int32_t* indices, std::size_t k, float* target, cudaStream_t stream) {
+  if (k == 0) return;
+  zero_at_kernel<<<grid_for(k, kThreads), kThreads, 0, stream>>>(indices, k, target);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_validate_indices(const std::int32_t* indices, std::size_t k, std::uint64_t limit, int* error_flag,
+                             cudaStream_t stream) {
+  if (k == 0) return;
+  validate_indices_kernel<<<grid_for(k, kThreads), kThreads, 0, stream>>>(indices, k, limit, error_flag);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_sparse_scatter(const std::int32_t* indices, const void* values, bool f16, std::size_t k, float* out,
+                           std::size_t numel, bool accumulate, cudaStream_t stream) {
+  if (!accumulate && numel > 0) GRADCOMP_CUDA_CHECK(cudaMemsetAsync(out, 0, numel * sizeof(float), stream));
+  if (k == 0) return;
+  scatter_kernel<<<grid_for(k, kThreads), kThreads, 0, stream>>>(indices, values, f16, k, out, accumulate);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace gradcomp::kernels

@@ -1,0 +1,274 @@
+// CPU == GPU for every codec with a CUDA path: bit-identical payloads over several error-feedback steps (stochastic
+// codecs under the same seed), identical saved state, GPU payloads decoded on the CPU and CPU payloads decoded on the
+// GPU, f16/bf16 tensors, unaligned views, the non-finite policies, and the error-feedback invariant on the GPU.
+// Without a CUDA device the executable reports SKIPPED (exit 77).
+//
+// Under compute-sanitizer:  compute-sanitizer --tool memcheck build/tests/gpu/codec_parity_gpu_test
+//                           compute-sanitizer --tool racecheck build/tests/gpu/codec_parity_gpu_test
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compressors/error_feedback.h"
+#include "compressors/payload.h"
+#include "gradcomp/compressor.h"
+#include "gradcomp/error.h"
+#include "gradcomp/registry.h"
+#include "kernels/half_ops.cuh"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace gradcomp {
+namespace {
+
+using testing::DeviceArray;
+
+// Specs whose CUDA path must match the CPU bit for bit. Grows with each codec's CUDA backend.
+const std::vector<std::string>& parity_specs() {
+  static const std::vector<std::string> specs = {
+      "none",
+      "fp16",
+      "fp16:prescale=0.25",
+      "fp16:ef=off",
+      "bf16",
+      "bf16:ef=off",
+#include "tests/gpu/parity_specs.inc"
+  };
+  return specs;
+}
+
+std::vector<float> random_values(std::size_t n, unsigned seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> values(n);
+  for (auto& v : values) v = normal(rng);
+  // A few large values (fp16 saturation) and exact zeros / negative zeros.
+  for (std::size_t i = 0; i < n; i += 997) values[i] = (i % 2 ? -1.0f : 1.0f) * 1e5f;
+  for (std::size_t i = 5; i < n; i += 1009) values[i] = (i % 2 ? -0.0f : 0.0f);
+  return values;
+}
+
+std::vector<std::byte> payload_on_gpu(Compressor& compressor, const DeviceArray<float>& grad, std::size_t offset,
+                                      std::size_t n, const CompressContext& ctx) {
+  DeviceArray<std::byte> out(compressor.max_payload_bytes(n));
+  TensorView view(grad.data() + offset, n, DType::kF32, Device::cuda(0));
+  const std::size_t size = compressor.compress(view, std::span<std::byte>(out.data(), out.size()), ctx);
+  EXPECT_LE(size, out.size());
+  return out.download(size);
+}
+
+class Parity : public ::testing::TestWithParam<std::string> {};
+
+// Several steps with error feedback: every payload and the final state match.
+TEST_P(Parity, PayloadsAndStateAreBitIdentical) {
+  for (const std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{4096}, std::size_t{100003}}) {
+    for (const std::size_t offset : {std::size_t{0}, std::size_t{1}}) {  // 1: a view that is not 16-byte aligned
+      auto cpu = make_compressor(GetParam());
+      auto gpu = make_compressor(GetParam());
+      for (std::uint64_t step = 0; step < 3; ++step) {
+        const auto values = random_values(n + offset, static_cast<unsigned>(step * 31 + n));
+        DeviceArray<float> device(values);
+        CompressContext ctx;
+        ctx.name = "layer.weight";
+        ctx.step = step;
+        ctx.world_size = 4;
+        ctx.prescale = 0.25f;
+        const std::vector<float> host(values.begin() + static_cast<long>(offset), values.end());
+        const auto expected = compress_to_vector(*cpu, TensorView::of(std::span<const float>(host)), ctx);
+        const auto got = payload_on_gpu(*gpu, device, offset, n, ctx);
+        ASSERT_EQ(got.size(), expected.size()) << GetParam() << " n=" << n << " step " << step;
+        ASSERT_TRUE(std::memcmp(got.data(), expected.data(), got.size()) == 0)
+            << GetParam() << ": GPU payload differs from the CPU's, n=" << n << " offset=" << offset << " step "
+            << step;
+        EXPECT_EQ(gpu->last_stats().selected, cpu->last_stats().selected);
+        EXPECT_EQ(gpu->last_stats().saturated, cpu->last_stats().saturated);
+      }
+      EXPECT_EQ(gpu->save_state(), cpu->save_state()) << GetParam() << ": state after 3 steps differs, n=" << n;
+    }
+  }
+}
+
+// A GPU payload decodes on the CPU, and a CPU payload (host or device memory) on the GPU, to the same values.
+TEST_P(Parity, CrossDeviceDecode) {
+  const std::size_t n = 65537;
+  auto cpu = make_compressor(GetParam());
+  auto gpu = make_compressor(GetParam());
+  const auto values = random_values(n, 7);
+  DeviceArray<float> device(values);
+  CompressContext ctx;
+  ctx.name = "t";
+  ctx.prescale = 0.5f;
+  const auto payload = payload_on_gpu(*gpu, device, 0, n, ctx);
+
+  std::vector<float> on_cpu(n, 0.0f);
+  cpu->decompress(payload, TensorView::of(std::span<float>(on_cpu)), DecodeMode::kOverwrite);
+
+  DeviceArray<std::byte> device_payload(payload.size());
+  device_payload.upload(payload);
+  DeviceArray<float> out(n);
+  gpu->decompress(std::span<const std::byte>(device_payload.data(), payload.size()),
+                  TensorView(out.data(), n, DType::kF32, Device::cuda(0)), DecodeMode::kOverwrite);
+  const auto on_gpu = out.download();
+  ASSERT_EQ(std::memcmp(on_gpu.data(), on_cpu.data(), n * sizeof(float)), 0) << GetParam();
+
+  // Accumulate, from a host payload staged by the CUDA path.
+  gpu->decompress(payload, TensorView(out.data(), n, DType::kF32, Device::cuda(0)), DecodeMode::kAccumulate);
+  cpu->decompress(payload, TensorView::of(std::span<float>(on_cpu)), DecodeMode::kAccumulate);
+  const auto twice = out.download();
+  ASSERT_EQ(std::memcmp(twice.data(), on_cpu.data(), n * sizeof(float)), 0) << GetParam() << " (accumulate)";
+}
+
+// f16 and bf16 gradients and outputs take the same path as on the CPU.
+TEST_P(Parity, HalfPrecisionTensors) {
+  const std::size_t n = 30001;
+  for (const DType dtype : {DType::kF16, DType::kBF16}) {
+    const auto values = random_values(n, 11, 0.1f);
+    std::vector<std::uint16_t> bits(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      bits[i] = dtype == DType::kF16 ? kernels::float_to_half_bits(values[i]) : kernels::float_to_bf16_bits(values[i]);
+    }
+    auto cpu = make_compressor(GetParam());
+    auto gpu = make_compressor(GetParam());
+    CompressContext ctx;
+    ctx.name = "h";
+    std::vector<std::byte> expected(cpu->max_payload_bytes(n));
+    expected.resize(cpu->compress(TensorView(bits.data(), n, dtype), expected, ctx));
+    DeviceArray<std::uint16_t> device(bits);
+    DeviceArray<std::byte> out(gpu->max_payload_bytes(n));
+    const std::size_t size = gpu->compress(TensorView(device.data(), n, dtype, Device::cuda(0)),
+                                           std::span<std::byte>(out.data(), out.size()), ctx);
+    ASSERT_EQ(out.download(size), expected) << GetParam() << " " << dtype_name(dtype);
+
+    std::vector<std::uint16_t> cpu_out(n, 0);
+    cpu->decompress(expected, TensorView(cpu_out.data(), n, dtype), DecodeMode::kOverwrite);
+    DeviceArray<std::uint16_t> gpu_out(n);
+    gpu->decompress(std::span<const std::byte>(out.data(), size), TensorView(gpu_out.data(), n, dtype, Device::cuda(0)),
+                    DecodeMode::kOverwrite);
+    ASSERT_EQ(gpu_out.download(), cpu_out) << GetParam() << " decode to " << dtype_name(dtype);
+  }
+}
+
+// Error feedback on the GPU: residual_after + decoded == residual_before + grad (up to f32 rounding of one subtraction).
+TEST_P(Parity, ErrorFeedbackInvariantOnGpu) {
+  auto gpu = make_compressor(GetParam());
+  if (!gpu->traits().lossy || gpu->spec().find("ef=off") != std::string::npos) GTEST_SKIP() << "no error feedback";
+  // DGC's accumulator gathers the momentum u, not g (v' = v + u - sent): its invariant is not this one.
+  if (GetParam().rfind("dgc", 0) == 0) GTEST_SKIP() << "dgc: momentum correction, not plain error feedback";
+  const std::size_t n = 50000;
+  auto* ef = dynamic_cast<ErrorFeedbackCompressor*>(gpu.get());
+  ASSERT_NE(ef, nullptr);
+  std::vector<float> residual_before(n, 0.0f);
+  for (std::uint64_t step = 0; step < 3; ++step) {
+    const auto values = random_values(n, static_cast<unsigned>(100 + step));
+    DeviceArray<float> device(values);
+    CompressContext ctx;
+    ctx.name = "ef";
+    ctx.step = step;
+    const auto payload = payload_on_gpu(*gpu, device, 0, n, ctx);
+    std::vector<float> decoded(n, 0.0f);
+    gpu->decompress(payload, TensorView::of(std::span<float>(decoded)), DecodeMode::kOverwrite);
+    const TensorState* state = ef->state_of("ef");
+    ASSERT_NE(state, nullptr);
+    ASSERT_EQ(state->buffers[0].size(), n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const float lhs = state->buffers[0][i] + decoded[i];
+      const float rhs = residual_before[i] + values[i];
+      ASSERT_NEAR(lhs, rhs, 1e-5f * (1.0f + std::fabs(rhs))) << GetParam() << " index " << i << " step " << step;
+    }
+    residual_before = state->buffers[0];
+  }
+}
+
+// nonfinite=raise leaves the state untouched; skip and pass give the CPU's payloads.
+TEST_P(Parity, NonFinitePolicies) {
+  const std::size_t n = 4099;
+  for (const char* policy : {"raise", "skip", "pass"}) {
+    const std::string spec = GetParam() + (GetParam().find(':') == std::string::npos ? ":" : ",") +
+                             "nonfinite=" + policy;
+    auto cpu = make_compressor(spec);
+    auto gpu = make_compressor(spec);
+    CompressContext ctx;
+    ctx.name = "nf";
+    auto values = random_values(n, 5);
+    DeviceArray<float> clean(values);
+    const auto first_cpu = compress_to_vector(*cpu, TensorView::of(std::span<const float>(values)), ctx);
+    ASSERT_EQ(payload_on_gpu(*gpu, clean, 0, n, ctx), first_cpu) << spec;
+    values[123] = std::nanf("");
+    values[4000] = -INFINITY;
+    DeviceArray<float> dirty(values);
+    ctx.step = 1;
+    if (std::string(policy) == "raise") {
+      const auto before = gpu->save_state();
+      EXPECT_THROW(payload_on_gpu(*gpu, dirty, 0, n, ctx), InvalidArgument) << spec;
+      EXPECT_EQ(gpu->save_state(), before) << spec << ": a rejected step changed the state";
+      continue;
+    }
+    const auto expected = compress_to_vector(*cpu, TensorView::of(std::span<const float>(values)), ctx);
+    EXPECT_EQ(payload_on_gpu(*gpu, dirty, 0, n, ctx), expected) << spec;
+    EXPECT_EQ(gpu->last_stats().nonfinite, 2u);
+    EXPECT_EQ(gpu->last_stats().skipped, cpu->last_stats().skipped);
+    EXPECT_EQ(gpu->save_state(), cpu->save_state()) << spec;
+  }
+}
+
+// State moves between devices: GPU steps, save, load into a CPU compressor, which continues bit-identically.
+TEST_P(Parity, StateRoundTripsBetweenGpuAndCpu) {
+  const std::size_t n = 10007;
+  auto gpu = make_compressor(GetParam());
+  auto reference = make_compressor(GetParam());
+  CompressContext ctx;
+  ctx.name = "s";
+  for (std::uint64_t step = 0; step < 2; ++step) {
+    ctx.step = step;
+    const auto values = random_values(n, static_cast<unsigned>(step + 3));
+    DeviceArray<float> device(values);
+    payload_on_gpu(*gpu, device, 0, n, ctx);
+    compress_to_vector(*reference, TensorView::of(std::span<const float>(values)), ctx);
+  }
+  auto resumed = make_compressor(GetParam());
+  resumed->load_state(gpu->save_state());
+  ctx.step = 2;
+  const auto values = random_values(n, 99);
+  const auto a = compress_to_vector(*resumed, TensorView::of(std::span<const float>(values)), ctx);
+  const auto b = compress_to_vector(*reference, TensorView::of(std::span<const float>(values)), ctx);
+  EXPECT_EQ(a, b) << GetParam();
+  // And the GPU instance itself, after its state was read back, continues on the CPU identically too.
+  const auto c = compress_to_vector(*gpu, TensorView::of(std::span<const float>(values)), ctx);
+  EXPECT_EQ(c, b) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, Parity, ::testing::ValuesIn(parity_specs()), [](const auto& info) {
+  std::string name = info.param;
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return name;
+});
+
+// Every registered codec has a CUDA path (fails, listing the ones that do not, until all do).
+TEST(Coverage, EveryBuiltinCodecHasACudaPath) {
+  std::vector<std::string> missing;
+  std::vector<float> values(64, 1.0f);
+  DeviceArray<float> device(values);
+  for (const auto& info : default_registry().list()) {
+    auto compressor = make_compressor(info.name);
+    DeviceArray<std::byte> out(compressor->max_payload_bytes(values.size()));
+    CompressContext ctx;
+    ctx.name = "probe";
+    try {
+      compressor->compress(TensorView(device.data(), values.size(), DType::kF32, Device::cuda(0)),
+                           std::span<std::byte>(out.data(), out.size()), ctx);
+    } catch (const InvalidArgument& error) {
+      if (std::string(error.what()).find("no CUDA path") != std::string::npos) missing.push_back(info.name);
+    }
+  }
+  EXPECT_TRUE(missing.empty()) << "codecs without a CUDA path: " << ::testing::PrintToString(missing);
+}
+
+}  // namespace
+}  // namespace gradcomp
+
+GRADCOMP_GPU_TEST_MAIN()
