@@ -49,7 +49,7 @@ if [ $sanitize -eq 1 ]; then
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 else
   build_dir=${build_dir:-build}
-  cmake_flags=(-DGRADCOMP_WITH_CUDA=$cuda -DCMAKE_BUILD_TYPE=Release)
+  cmake_flags=(-DGRADCOMP_WITH_CUDA=$cuda -DGRADCOMP_BUILD_BENCH=ON -DCMAKE_BUILD_TYPE=Release)
 fi
 
 echo "[test] configure $build_dir (${cmake_flags[*]})"
