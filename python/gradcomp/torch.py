@@ -152,7 +152,7 @@ def init(backend=None, timeout_s=60.0):
     """
     if _ctx.backend is not None:
         return
-    backend = backend or os.environ.get("GRADCOMP_BACKEND")
+    backend = backend or os.environ.get("GRADCOMP_BACKEND") or None
     under_mpi = "OMPI_COMM_WORLD_RANK" in os.environ or "PMI_RANK" in os.environ
     if backend is None:
         if under_mpi and _C.has_runtime:
