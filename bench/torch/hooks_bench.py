@@ -71,9 +71,11 @@ def run_row(row, args, rank, world):
     warmup = args.warmup
     if kind == "optimizer":
         if not gct.is_initialized():
-            gct.init(backend=os.environ.get("GRADCOMP_BACKEND", "torch"))
-        opt = gct.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
-                                       named_parameters=model.named_parameters(), compression=spec)
+            gct.init(backend="torch")  # spawned ranks: torch.distributed is already up
+        # Row-specific names: the runtime keeps residuals per name for the whole run.
+        named = [(f"{row}/{n}", p) for n, p in model.named_parameters()]
+        opt = gct.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), named_parameters=named,
+                                       compression=spec)
 
         def step():
             opt.zero_grad()
@@ -136,7 +138,8 @@ def worker(rank, world, port, args):
                 print(f"{impl:42s} {spec:22s} ranks={world} step_s={s:8.3f}"
                       + (f"  x{baseline / s:5.2f} vs allreduce" if baseline else ""), flush=True)
     dist.barrier()
-    dist.destroy_process_group()
+    if "OMPI_COMM_WORLD_RANK" not in os.environ:
+        dist.destroy_process_group()
 
 
 def main():
@@ -146,8 +149,16 @@ def main():
         world = int(os.environ["OMPI_COMM_WORLD_SIZE"])
         import gradcomp.torch as gct
         os.environ.setdefault("GRADCOMP_TORCH_PG", "gloo")
-        gct.init(backend=os.environ.get("GRADCOMP_BACKEND", "torch"))
+        gct.init()  # the default under mpirun: gradcomp's C++ runtime (GRADCOMP_BACKEND overrides)
+        if not torch.distributed.is_initialized():  # the DDP rows need a gloo group as well
+            import datetime
+            port = gct._rendezvous_port() + 1
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                                    timeout=datetime.timedelta(seconds=300))
         worker(rank, world, 0, args)
+        if not gct._ctx.owns_process_group:
+            dist.destroy_process_group()
+        gct.shutdown()
         return
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -13,6 +13,7 @@ Horovod-style API (a Horovod script changes only ``import horovod.torch as hvd``
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
 """
+import atexit
 import contextlib
 import hashlib
 import os
@@ -188,17 +189,30 @@ def init(backend=None, timeout_s=60.0):
             pg_backend = "nccl" if (torch.cuda.is_available() and os.environ.get("GRADCOMP_TORCH_PG") != "gloo") \
                 else "gloo"
             import datetime
-            dist.init_process_group(pg_backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=size,
+            # GRADCOMP_INIT_METHOD (e.g. file:///shared/path) replaces the TCP rendezvous.
+            init_method = os.environ.get("GRADCOMP_INIT_METHOD") or f"tcp://{addr}:{port}"
+            dist.init_process_group(pg_backend, init_method=init_method, rank=rank, world_size=size,
                                     timeout=datetime.timedelta(seconds=timeout_s))
             _ctx.owns_process_group = True
             _ctx.rank, _ctx.size = rank, size
     else:
         raise InvalidArgument(f"gradcomp.torch.init(): unknown backend '{backend}' (valid: mpi, torch)")
     _ctx.backend = backend
+    atexit.register(_shutdown_at_exit)
     _ctx.local_rank = _env_int("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK",
                                default=0 if _ctx.size == 1 else _ctx.rank)
     _ctx.local_size = _env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE",
                                default=_ctx.size)
+
+
+def _shutdown_at_exit():
+    """Orderly teardown at interpreter exit: without it gloo may abort when a peer closes its sockets first."""
+    try:
+        if _ctx.backend == "torch" and _ctx.owns_process_group and dist.is_initialized():
+            dist.barrier()
+        shutdown()
+    except Exception:  # exit must not fail because a peer is gone
+        pass
 
 
 def _require_init():

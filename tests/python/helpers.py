@@ -1,4 +1,5 @@
 """Shared pieces of the Python tests: a Horovod-shaped Python codec, the list of codecs to cover, a small model."""
+import os
 import socket
 
 import torch
@@ -38,6 +39,27 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def rendezvous():
+    """A file:// init_method: no TCP port that another job on a busy machine could take between choice and use."""
+    import tempfile
+    import uuid
+    return "file://" + os.path.join(tempfile.gettempdir(), f"gradcomp-test-{os.getpid()}-{uuid.uuid4().hex}")
+
+
+def watchdog(seconds=100):
+    """A rank that hangs prints every thread's stack and exits (so a hang fails fast, with a trace)."""
+    import faulthandler
+    faulthandler.dump_traceback_later(int(os.environ.get("GRADCOMP_TEST_WATCHDOG", seconds)), exit=True)
+
+
+def init_gloo(rank, world, url):
+    import datetime
+    watchdog()
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=url, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=90))
 
 
 def make_model(seed=0):
@@ -108,3 +130,16 @@ def stateful_specs():
     """Codecs whose checkpoint matters (residuals, momenta), among those registered."""
     names = {c["name"] for c in gradcomp.list_compressors()}
     return [s for s in ["topk:ratio=0.05", "dgc", "qsgd", "onebit"] if s.split(":")[0] in names]
+
+
+def release(*ddps):
+    """Tears DDP objects down while their process group is still alive (a Reducer destroyed after
+    destroy_process_group() can hang in torch 1.13), after a barrier so no rank is still communicating."""
+    import gc
+    import torch.distributed as dist
+    dist.barrier()
+    for d in ddps:
+        d.__dict__.pop("reducer", None)
+    del ddps
+    gc.collect()
+    dist.barrier()

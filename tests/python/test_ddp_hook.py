@@ -17,7 +17,7 @@ STEPS = 4
 
 
 def _worker(rank, world, port, specs, bucket_cap_mb):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    helpers.init_gloo(rank, world, port)
     helpers.register_python_codec()
     for spec in specs:
         model = helpers.make_model()
@@ -49,13 +49,14 @@ def _worker(rank, world, port, specs, bucket_cap_mb):
         # The compressor state travels in the hook state's state_dict.
         sd = state.state_dict()
         assert sd["step"] == STEPS and isinstance(sd["compressor"]["state"], (bytes, type(None)))
+        helpers.release(ddp)
     dist.destroy_process_group()
 
 
 def _run(world, bucket_cap_mb):
     helpers.register_python_codec()
     specs = helpers.available_specs() + ["pyhalf"]
-    mp.spawn(_worker, args=(world, helpers.free_port(), specs, bucket_cap_mb), nprocs=world, join=True)
+    mp.spawn(_worker, args=(world, helpers.rendezvous(), specs, bucket_cap_mb), nprocs=world, join=True)
 
 
 def test_ddp_hook_2_ranks():
@@ -71,11 +72,11 @@ def test_ddp_hook_training_loss_decreases():
     helpers.register_python_codec()
     specs = helpers.available_specs()
     spec = specs[-1] if specs else "pyhalf"
-    mp.spawn(_train_worker, args=(2, helpers.free_port(), spec), nprocs=2, join=True)
+    mp.spawn(_train_worker, args=(2, helpers.rendezvous(), spec), nprocs=2, join=True)
 
 
 def _train_worker(rank, world, port, spec):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    helpers.init_gloo(rank, world, port)
     helpers.register_python_codec()
     model = helpers.make_model()
     ddp = DDP(model)
@@ -91,6 +92,7 @@ def _train_worker(rank, world, port, spec):
         opt.step()
         first = first if first is not None else float(loss)
     assert float(loss) < 0.9 * first, f"{spec}: loss {first:.4f} -> {float(loss):.4f} did not decrease"
+    helpers.release(ddp)
     dist.destroy_process_group()
 
 

@@ -19,8 +19,8 @@ WORLD = 2
 
 
 def _init(rank, port):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD),
-                      GRADCOMP_TORCH_PG="gloo")
+    helpers.watchdog()
+    os.environ.update(GRADCOMP_INIT_METHOD=port, RANK=str(rank), WORLD_SIZE=str(WORLD), GRADCOMP_TORCH_PG="gloo")
     hvd.init(backend="torch")
     assert hvd.rank() == rank and hvd.size() == WORLD
     helpers.register_python_codec()
@@ -55,7 +55,7 @@ def _grads_worker(rank, port, specs):
 def test_optimizer_gradients_match_reference():
     helpers.register_python_codec()
     specs = helpers.available_specs() + ["pyhalf"]
-    mp.spawn(_grads_worker, args=(helpers.free_port(), specs), nprocs=WORLD, join=True)
+    mp.spawn(_grads_worker, args=(helpers.rendezvous(), specs), nprocs=WORLD, join=True)
 
 
 def _train(model, opt, steps, first_step, rank, ddp=None):
@@ -132,12 +132,13 @@ def _resume_worker(rank, port, specs):
         opt_c.load_state_dict(ckpt["opt"])
         _train(model_c, opt_c, 3, 3, rank, ddp_c)
         assert torch.equal(_flat(model_a), _flat(model_c)), f"DDP hook {spec}: resumed run differs"
+        helpers.release(ddp_a, ddp_b, ddp_c)
     hvd.shutdown()
 
 
 def test_checkpoint_resume_bit_identical():
     specs = helpers.stateful_specs() or ["none"]
-    mp.spawn(_resume_worker, args=(helpers.free_port(), specs[:2]), nprocs=WORLD, join=True)
+    mp.spawn(_resume_worker, args=(helpers.rendezvous(), specs[:2]), nprocs=WORLD, join=True)
 
 
 def test_unsupported_op_and_uninitialized_use_raise():
