@@ -11,12 +11,12 @@ def mlp() -> nn.Module:
 
 
 def cnn() -> nn.Module:
-    """Two 5x5 conv layers (32, 64 channels) with max-pooling, then 1024-128-10 with dropout (~185K parameters):
-    the --full model, about 91% test accuracy on Fashion-MNIST after 5 epochs."""
+    """Two 3x3 conv layers (16, 32 channels, padded) with max-pooling, then 1568-128-10 with dropout (~215K
+    parameters, ~1.2M multiply-adds per image: cheap enough for CPU ranks): the --full model."""
     return nn.Sequential(
-        nn.Conv2d(1, 32, 5), nn.ReLU(), nn.MaxPool2d(2),     # 24x24 -> 12x12
-        nn.Conv2d(32, 64, 5), nn.ReLU(), nn.MaxPool2d(2),    # 8x8 -> 4x4
-        nn.Flatten(), nn.Linear(64 * 4 * 4, 128), nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10))
+        nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),    # 28x28 -> 14x14
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),   # 14x14 -> 7x7
+        nn.Flatten(), nn.Linear(32 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.25), nn.Linear(128, 10))
 
 
 MODELS = {"mlp": mlp, "cnn": cnn}

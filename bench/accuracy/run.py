@@ -66,10 +66,10 @@ def free_port() -> int:
 
 
 def python_env(build_dir: str) -> dict:
-    """The environment of the ranks: gradcomp's package importable from the build tree (build/python) and the
-    source tree (python/), without threads oversubscribing the cores."""
+    """The environment of the ranks: gradcomp's package importable from the build tree (<build>/python/gradcomp
+    holds the nanobind module and links to the package's .py files), without threads oversubscribing the cores."""
     env = dict(os.environ)
-    paths = [os.path.join(build_dir, "python"), os.path.join(ROOT, "python")]
+    paths = [os.path.join(build_dir, "python")]
     env["PYTHONPATH"] = os.pathsep.join([p for p in paths if os.path.isdir(p)] +
                                         ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env.setdefault("OMP_NUM_THREADS", "1")
