@@ -7,6 +7,10 @@
 
 
 // Sparsifiers (one include each, below this line).
+#include "compressors/blocktopk.h"
+#include "compressors/dgc.h"
+#include "compressors/randomk.h"
+#include "compressors/topk.h"
 
 
 namespace gradcomp {
@@ -19,6 +23,10 @@ void register_builtins(Registry& registry) {
 
 
   // Sparsifiers: topk, randomk, blocktopk, dgc (one line each, below this comment).
+  registry.add(topk_compressor_info());
+  registry.add(randomk_compressor_info());
+  registry.add(blocktopk_compressor_info());
+  registry.add(dgc_compressor_info());
 
 }
 }  // namespace

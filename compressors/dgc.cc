@@ -1,0 +1,206 @@
+#include "compressors/dgc.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "compressors/error_feedback.h"
+#include "compressors/sparse_payload.h"
+#include "gradcomp/error.h"
+#include "kernels/cpu_parallel.h"
+#include "kernels/sparsify_ops.cuh"
+#include "kernels/topk_select.h"
+
+namespace gradcomp {
+namespace {
+
+constexpr std::size_t kMaxIndexable = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
+// Below this many sample positions the threshold estimate is too noisy to be worth it: select exactly instead.
+constexpr std::size_t kMinSample = 1024;
+constexpr double kTolerance = 0.3;  // accept the sampled threshold when the count is within +-30% of k
+
+std::vector<ParamSpec> dgc_params() {
+  auto params = lossy_common_params();
+  params.push_back(ParamSpec{"ratio", ParamSpec::Kind::kFloat, "0.001", 0.0, 1.0, true, {},
+                             "final density, k = max(1, round(ratio*n))"});
+  params.push_back(ParamSpec{"momentum", ParamSpec::Kind::kFloat, "0.9", 0.0, 0.999999, false, {},
+                             "momentum m of the momentum correction (0 = plain accumulation)"});
+  params.push_back(ParamSpec{"nesterov", ParamSpec::Kind::kBool, "off", 0, 0, false, {},
+                             "Nesterov momentum correction: u = m*(u+g), v += u + g"});
+  params.push_back(ParamSpec{"clip", ParamSpec::Kind::kFloat, "0", 0.0, 1e30, false, {},
+                             "local gradient clipping: scale g so ||g||_2 <= clip (0 = off)"});
+  params.push_back(ParamSpec{"warmup_steps", ParamSpec::Kind::kInt, "0", 0.0, 1e15, false, {},
+                             "steps per warm-up stage (densities 25%, 6.25%, 1.5625%, 0.39%, then ratio); 0 = off"});
+  params.push_back(ParamSpec{"sample", ParamSpec::Kind::kFloat, "0.01", 0.0, 1.0, true, {},
+                             "fraction of elements sampled to estimate the threshold"});
+  return params;
+}
+
+class DgcCompressor final : public ErrorFeedbackCompressor {
+ public:
+  explicit DgcCompressor(const Params& params)
+      : ErrorFeedbackCompressor("dgc", payload::CodecId::kDgc, dgc_compressor_info().traits, dgc_params(), params),
+        ratio_(params.get_float("ratio")),
+        momentum_(static_cast<float>(params.get_float("momentum"))),
+        nesterov_(params.get_bool("nesterov")),
+        clip_(params.get_float("clip")),
+        warmup_steps_(static_cast<std::uint64_t>(params.get_int("warmup_steps"))),
+        sample_(params.get_float("sample")) {
+    GRADCOMP_CHECK(params.get_bool("ef"),
+                   "compressor 'dgc': ef=off is not supported: DGC's accumulator v is its error feedback (use topk "
+                   "with ef=off for memoryless sparsification)");
+    GRADCOMP_CHECK(!(nesterov_ && momentum_ == 0.0f),
+                   "compressor 'dgc': nesterov=on needs momentum > 0 (got momentum={})", params.get_string("momentum"));
+  }
+
+  std::size_t max_payload_bytes(std::size_t numel) const override {
+    const double densest = kernels::dgc_density(0, warmup_steps_, ratio_);
+    const std::size_t k = kernels::k_of_ratio(densest, numel);
+    const std::size_t bound = std::min<std::size_t>(numel, k + static_cast<std::size_t>(kTolerance * k) + 1);
+    return sparse::index_value_bytes(bound, sparse::ValueType::kF32);
+  }
+
+ protected:
+  std::size_t extra_state_buffers() const override { return 1; }
+
+  std::size_t encode(const EncodeArgs& args, std::span<std::byte> out, CompressStats& stats) override {
+    const std::size_t n = args.numel;
+    GRADCOMP_CHECK(n <= kMaxIndexable, "compressor 'dgc': tensor '{}' has {} elements (at most {} supported)",
+                   args.ctx->name, n, kMaxIndexable);
+    TensorState& state = *args.state;
+    float* v = args.residual;
+    if (v == nullptr) {  // the non-finite "skip" path encodes zeros against throw-away state
+      skip_accumulator_.assign(n, 0.0f);
+      v = skip_accumulator_.data();
+    }
+    float* u = state.buffers[1].data();
+    const float* grad = args.grad;
+
+    // Local gradient clipping: ||g||_2 from per-chunk f64 partial sums combined in chunk order.
+    float scale = 1.0f;
+    if (clip_ > 0.0 && n > 0) {
+      const std::size_t chunks = (n + kernels::kParallelChunk - 1) / kernels::kParallelChunk;
+      std::vector<double> partial(chunks, 0.0);
+      kernels::parallel_chunks(n, kernels::kParallelChunk, args.threads,
+                               [&](std::size_t c, std::size_t begin, std::size_t end) {
+                                 double sum = 0.0;
+                                 for (std::size_t i = begin; i < end; ++i) sum += double(grad[i]) * grad[i];
+                                 partial[c] = sum;
+                               });
+      double sum = 0.0;
+      for (const double p : partial) sum += p;
+      const double norm = std::sqrt(sum);
+      if (norm > clip_) scale = static_cast<float>(clip_ / norm);
+    }
+
+    // Momentum correction + accumulation: one pass over g, u, v.
+    const float m = momentum_;
+    const bool nesterov = nesterov_;
+    kernels::parallel_chunks(n, kernels::kParallelChunk, args.threads,
+                             [&](std::size_t, std::size_t begin, std::size_t end) {
+                               for (std::size_t i = begin; i < end; ++i) {
+                                 const float g = scale == 1.0f ? grad[i] : grad[i] * scale;
+                                 kernels::dgc_accumulate(g, m, nesterov, u[i], v[i]);
+                               }
+                             });
+
+    const double density = kernels::dgc_density(args.ctx->step, warmup_steps_, ratio_);
+    const std::size_t k = kernels::k_of_ratio(density, n);
+    select(v, n, k, args, state);
+
+    const auto sections =
+        sparse::write_index_value_header(payload::CodecId::kDgc, n, args.original_dtype, selected_.size(),
+                                         sparse::ValueType::kF32, out);
+    const float prescale = args.ctx->prescale;
+    for (std::size_t j = 0; j < selected_.size(); ++j) {
+      const std::uint32_t i = selected_[j];
+      const float value = v[i];
+      const float wire = value * prescale;
+      sections.indices[j] = static_cast<std::int32_t>(i);
+      std::memcpy(sections.values + j * sizeof(float), &wire, sizeof(float));
+      // Momentum-factor masking: what was sent leaves the accumulator and the momentum.
+      v[i] = prescale == 1.0f ? value - wire : value - wire / prescale;
+      u[i] = 0.0f;
+    }
+    stats.selected = selected_.size();
+    return sections.total_bytes;
+  }
+
+  void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) override {
+    GRADCOMP_CHECK_AS(CorruptPayload, view.header.param0 == static_cast<std::uint32_t>(sparse::ValueType::kF32),
+                      "corrupt dgc payload: value type {} (dgc sends f32 values, type 0)", view.header.param0);
+    sparse::decode_index_value(view, "dgc", out, numel, accumulate);
+  }
+
+ private:
+  // Fills selected_ (ascending) with the step's selection and records the diagnostics scalars.
+  void select(const float* v, std::size_t n, std::size_t k, const EncodeArgs& args, TensorState& state) {
+    state.scalars.assign(kDgcScalarCount, 0.0);
+    state.scalars[kDgcTargetK] = static_cast<double>(k);
+    const std::size_t samples =
+        std::min(n, std::max(kMinSample, static_cast<std::size_t>(std::ceil(sample_ * static_cast<double>(n)))));
+    if (k >= n || samples * 2 > n) {  // small tensor: exact selection is as cheap as sampling
+      kernels::select_topk(v, n, k, args.threads, selected_);
+      state.scalars[kDgcPath] = 2;
+      return;
+    }
+    // Threshold from the sample: positions drawn uniformly (with replacement) from the Philox stream of
+    // (tensor, step), so every rank and thread count agrees.
+    const auto stream =
+        kernels::PhiloxStream::make(0, args.tensor_key ^ kernels::kDgcSampleStreamSalt, args.ctx->step);
+    sample_keys_.resize(samples);
+    for (std::size_t s = 0; s < samples; ++s) {
+      const std::uint64_t position = kernels::uniform_below(kernels::philox_bits64(stream, s), n);
+      sample_keys_[s] = kernels::magnitude_key(v[position]);
+    }
+    const double scaled = static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
+    const std::size_t sample_k = std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(scaled)), 1, samples);
+    std::nth_element(sample_keys_.begin(), sample_keys_.begin() + static_cast<std::ptrdiff_t>(sample_k - 1),
+                     sample_keys_.end(), std::greater<std::uint32_t>());
+    const std::uint32_t threshold = sample_keys_[sample_k - 1];
+    kernels::collect_at_least(v, n, threshold, args.threads, candidates_);
+    const double count = static_cast<double>(candidates_.size());
+    float threshold_value;
+    const std::uint32_t bits = threshold;
+    std::memcpy(&threshold_value, &bits, sizeof(bits));
+    state.scalars[kDgcThreshold] = threshold_value;
+    state.scalars[kDgcSampledCount] = count;
+    const double lower = (1.0 - kTolerance) * static_cast<double>(k), upper = (1.0 + kTolerance) * static_cast<double>(k);
+    if (count > upper) {
+      kernels::select_among([v](std::uint32_t i) { return kernels::magnitude_key(v[i]); },
+                            std::span<const std::uint32_t>(candidates_), k, selected_);
+      state.scalars[kDgcPath] = 1;
+    } else if (count < lower) {
+      kernels::select_topk(v, n, k, args.threads, selected_);
+      state.scalars[kDgcPath] = 2;
+    } else {
+      selected_.swap(candidates_);
+      state.scalars[kDgcPath] = 0;
+    }
+  }
+
+  double ratio_;
+  float momentum_;
+  bool nesterov_;
+  double clip_;
+  std::uint64_t warmup_steps_;
+  double sample_;
+  std::vector<float> skip_accumulator_;
+  std::vector<std::uint32_t> sample_keys_, candidates_, selected_;
+};
+
+}  // namespace
+
+CompressorInfo dgc_compressor_info() {
+  CompressorInfo info;
+  info.name = "dgc";
+  info.summary = "deep gradient compression: momentum correction, masking, sampled threshold, warm-up";
+  info.traits.gatherable = true;
+  info.traits.lossy = true;
+  info.traits.wire_dtype = DType::kF32;
+  info.params = dgc_params();
+  info.factory = [](const Params& params) { return std::make_unique<DgcCompressor>(params); };
+  return info;
+}
+
+}  // namespace gradcomp

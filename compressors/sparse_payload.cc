@@ -1,0 +1,89 @@
+#include "compressors/sparse_payload.h"
+
+#include <cstring>
+
+#include "gradcomp/error.h"
+#include "kernels/half_ops.cuh"
+
+namespace gradcomp::sparse {
+
+std::size_t index_value_bytes(std::size_t k, ValueType type) {
+  return payload::kHeaderBytes + payload::align_up(k * sizeof(std::int32_t)) + k * value_bytes(type);
+}
+
+IndexValueSections write_index_value_header(payload::CodecId codec, std::uint64_t numel, DType dtype, std::size_t k,
+                                            ValueType type, std::span<std::byte> out) {
+  payload::Header header;
+  header.codec = codec;
+  header.numel = numel;
+  header.dtype = dtype;
+  header.param0 = static_cast<std::uint32_t>(type);
+  header.param1 = static_cast<std::uint32_t>(k);
+  header.section_count = 2;
+  header.section_bytes[0] = k * sizeof(std::int32_t);
+  header.section_bytes[1] = k * value_bytes(type);
+  const std::size_t total = payload::write_header(header, out);
+  return {reinterpret_cast<std::int32_t*>(out.data() + payload::section_offset(header, 0)),
+          out.data() + payload::section_offset(header, 1), total};
+}
+
+void validate_increasing_indices(std::span<const std::byte> indices, std::size_t count, std::uint64_t limit,
+                                 std::string_view what) {
+  long long previous = -1;
+  for (std::size_t j = 0; j < count; ++j) {
+    std::int32_t index;
+    std::memcpy(&index, indices.data() + j * sizeof(index), sizeof(index));
+    GRADCOMP_CHECK_AS(CorruptPayload, index > previous && static_cast<std::uint64_t>(index) < limit,
+                      "corrupt {} payload: index #{} is {} (previous {}, limit {}); indices must be strictly "
+                      "increasing and in range",
+                      what, j, index, previous, limit);
+    previous = index;
+  }
+}
+
+void decode_index_value(const payload::View& view, std::string_view codec, float* out, std::size_t numel,
+                        bool accumulate) {
+  const payload::Header& header = view.header;
+  GRADCOMP_CHECK_AS(CorruptPayload, header.section_count == 2 && header.flags == 0,
+                    "corrupt {} payload: {} sections and flags {:#x} (expected 2 sections, flags 0)", codec,
+                    header.section_count, header.flags);
+  GRADCOMP_CHECK_AS(CorruptPayload, header.param0 <= 1, "corrupt {} payload: value type {} (0 = f32, 1 = f16)", codec,
+                    header.param0);
+  const auto type = static_cast<ValueType>(header.param0);
+  const std::size_t index_bytes = view.sections[0].size();
+  GRADCOMP_CHECK_AS(CorruptPayload, index_bytes % sizeof(std::int32_t) == 0,
+                    "corrupt {} payload: index section of {} bytes is not a whole number of int32", codec,
+                    index_bytes);
+  const std::size_t k = index_bytes / sizeof(std::int32_t);
+  GRADCOMP_CHECK_AS(CorruptPayload, k <= numel && header.param1 == k,
+                    "corrupt {} payload: {} indices (header says {}) for a tensor of {} elements", codec, k,
+                    header.param1, numel);
+  GRADCOMP_CHECK_AS(CorruptPayload, view.sections[1].size() == k * value_bytes(type),
+                    "corrupt {} payload: value section has {} bytes, {} entries of {} bytes expected", codec,
+                    view.sections[1].size(), k, value_bytes(type));
+  validate_increasing_indices(view.sections[0], k, numel, codec);
+
+  // Validated: from here on every write is in bounds.
+  if (!accumulate && numel > 0) std::memset(out, 0, numel * sizeof(float));
+  const std::byte* index_bytes_ptr = view.sections[0].data();
+  const std::byte* value_ptr = view.sections[1].data();
+  for (std::size_t j = 0; j < k; ++j) {
+    std::int32_t index;
+    std::memcpy(&index, index_bytes_ptr + j * sizeof(index), sizeof(index));
+    float value;
+    if (type == ValueType::kF16) {
+      std::uint16_t bits;
+      std::memcpy(&bits, value_ptr + j * sizeof(bits), sizeof(bits));
+      value = kernels::half_bits_to_float(bits);
+    } else {
+      std::memcpy(&value, value_ptr + j * sizeof(value), sizeof(value));
+    }
+    if (accumulate) {
+      out[index] += value;
+    } else {
+      out[index] = value;
+    }
+  }
+}
+
+}  // namespace gradcomp::sparse

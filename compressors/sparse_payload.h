@@ -1,0 +1,46 @@
+// The (index, value) payload shared by topk and dgc, and index validation shared by every sparsifier.
+//
+//   header: param0 = value type (0 = f32, 1 = f16 bits), param1 = k (entries), flags = 0
+//   section 0: k int32 indices, strictly increasing, each in [0, numel)
+//   section 1: k values (f32, or IEEE binary16 bits), value j belongs to index j
+//
+// Strictly increasing indices make duplicates impossible, so decoding with accumulate adds each value exactly once
+// and the decoder can prove in one pass that every write is in bounds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "compressors/payload.h"
+
+namespace gradcomp::sparse {
+
+enum class ValueType : std::uint32_t { kF32 = 0, kF16 = 1 };
+
+inline std::size_t value_bytes(ValueType type) { return type == ValueType::kF16 ? 2 : 4; }
+
+// Bytes of an (index, value) payload of k entries.
+std::size_t index_value_bytes(std::size_t k, ValueType type);
+
+// Writes the header of a k-entry payload and returns pointers to its two sections (indices, values).
+struct IndexValueSections {
+  std::int32_t* indices;
+  std::byte* values;
+  std::size_t total_bytes;
+};
+IndexValueSections write_index_value_header(payload::CodecId codec, std::uint64_t numel, DType dtype, std::size_t k,
+                                            ValueType type, std::span<std::byte> out);
+
+// Throws CorruptPayload unless `indices` (as little-endian int32 bytes, count entries) are strictly increasing and in
+// [0, limit). `what` names the codec and section for the message.
+void validate_increasing_indices(std::span<const std::byte> indices, std::size_t count, std::uint64_t limit,
+                                 std::string_view what);
+
+// Validates an (index, value) payload of `codec` completely, then writes (or adds) its values into out[0, numel);
+// positions not named by an index become 0 unless accumulating. Throws CorruptPayload before any write.
+void decode_index_value(const payload::View& view, std::string_view codec, float* out, std::size_t numel,
+                        bool accumulate);
+
+}  // namespace gradcomp::sparse

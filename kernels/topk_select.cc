@@ -1,0 +1,94 @@
+#include "kernels/topk_select.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "kernels/cpu_parallel.h"
+#include "kernels/sparsify_ops.cuh"
+
+namespace gradcomp::kernels {
+namespace {
+
+// Indices of values[0, n) whose key satisfies pred(key), ascending; chunks run in parallel and are concatenated in
+// chunk order.
+template <typename Pred>
+void collect_if(const float* values, std::size_t n, int threads, Pred pred, std::vector<std::uint32_t>& out) {
+  out.clear();
+  if (n == 0) return;
+  const std::size_t chunks = (n + kSelectChunk - 1) / kSelectChunk;
+  std::vector<std::vector<std::uint32_t>> parts(chunks);
+  parallel_chunks(n, kSelectChunk, threads, [&](std::size_t c, std::size_t begin, std::size_t end) {
+    auto& part = parts[c];
+    // Branch-free compaction through a small stack buffer: hits are rare (~k/n), so a data-dependent branch per
+    // element would mispredict on every hit.
+    constexpr std::size_t kBlock = 1024;
+    std::uint32_t buffer[kBlock];
+    for (std::size_t block = begin; block < end; block += kBlock) {
+      const std::size_t block_end = std::min(end, block + kBlock);
+      std::size_t count = 0;
+      for (std::size_t i = block; i < block_end; ++i) {
+        buffer[count] = static_cast<std::uint32_t>(i);
+        count += pred(magnitude_key(values[i])) ? 1 : 0;
+      }
+      part.insert(part.end(), buffer, buffer + count);
+    }
+  });
+  std::size_t total = 0;
+  for (const auto& part : parts) total += part.size();
+  out.reserve(total);
+  for (const auto& part : parts) out.insert(out.end(), part.begin(), part.end());
+}
+
+}  // namespace
+
+void KeyHistogram::reset(std::size_t n) {
+  chunks = (n + kSelectChunk - 1) / kSelectChunk;
+  counts.assign(chunks * kKeyBuckets, 0u);
+}
+
+void add_key_histogram(const float* values, std::size_t begin, std::size_t end, std::uint32_t* row) {
+  for (std::size_t i = begin; i < end; ++i) ++row[key_bucket(magnitude_key(values[i]))];
+}
+
+void collect_at_least(const float* values, std::size_t n, std::uint32_t threshold_key, int threads,
+                      std::vector<std::uint32_t>& out) {
+  collect_if(values, n, threads, [threshold_key](std::uint32_t key) { return key >= threshold_key; }, out);
+}
+
+void select_topk(const float* values, std::size_t n, std::size_t k, int threads, std::vector<std::uint32_t>& out,
+                 KeyHistogram* histogram) {
+  out.clear();
+  if (k == 0 || n == 0) return;
+  if (k >= n) {
+    out.resize(n);
+    std::iota(out.begin(), out.end(), 0u);
+    return;
+  }
+  KeyHistogram local;
+  if (histogram == nullptr) {
+    local.reset(n);
+    parallel_chunks(n, kSelectChunk, threads, [&](std::size_t c, std::size_t begin, std::size_t end) {
+      add_key_histogram(values, begin, end, local.row(c));
+    });
+    histogram = &local;
+  }
+  // Sum the rows (exact integers: the order does not matter), then walk down from the largest bucket.
+  std::vector<std::uint64_t> total(kKeyBuckets, 0);
+  for (std::size_t c = 0; c < histogram->chunks; ++c) {
+    const std::uint32_t* row = histogram->row(c);
+    for (std::size_t b = 0; b < kKeyBuckets; ++b) total[b] += row[b];
+  }
+  std::uint64_t above = 0;
+  std::uint32_t bucket = kKeyBuckets - 1;
+  for (;; --bucket) {
+    if (above + total[bucket] >= k || bucket == 0) break;
+    above += total[bucket];
+  }
+  const std::uint32_t bucket_floor = bucket << kKeyBucketShift;  // smallest key of bucket B
+  std::vector<std::uint32_t> candidates;
+  collect_at_least(values, n, bucket_floor, threads, candidates);
+  select_among([values](std::uint32_t i) { return magnitude_key(values[i]); },
+               std::span<const std::uint32_t>(candidates), k, out);
+}
+
+}  // namespace gradcomp::kernels
