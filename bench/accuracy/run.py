@@ -132,8 +132,8 @@ class Progress:
         kind = ev["event"]
         tag = f"[{self.count + 1}/{self.total}] {ev.get('spec', '')}"
         if kind == "start":
-            self.line(f"{tag}: {ev['params']:,} parameters, {ev['steps']} steps of {ev['global_batch']} images "
-                      f"via {ev['comm']}")
+            self.line(f"{tag}: {ev['params']:,} parameters, {ev['steps']} steps of {ev['global_batch']} images, "
+                      f"SGD momentum {ev['momentum']:g}, via {ev['comm']}")
         elif kind == "progress":
             self.line(f"{tag}  epoch {ev['epoch']}/{ev['epochs']}  step {ev['step']}/{ev['steps']}  "
                       f"loss {ev['loss']:.4f}  sent {report.human_bytes(ev['bytes_sent'])}  {ev['train_s']:.1f} s")

@@ -62,11 +62,23 @@ def evaluate(model, x: torch.Tensor, y: torch.Tensor, rank: int, world: int) -> 
     return correct / n, loss / n
 
 
+def optimizer_momentum(spec: str, momentum: float) -> float:
+    """The SGD momentum of the run: `momentum`, except for DGC with momentum correction (its default), whose
+    compressor already accumulates u = m*u + g before selecting (Lin et al. 2018): the optimizer then runs plain SGD
+    on the aggregated update, or the momentum would be applied twice."""
+    name, _, rest = spec.partition(":")
+    if name != "dgc":
+        return momentum
+    params = dict(kv.split("=", 1) for kv in rest.split(",") if "=" in kv)
+    return momentum if float(params.get("momentum", "0.9")) == 0.0 else 0.0
+
+
 def train_one(spec: str, args, rank: int, world: int, train, test) -> dict:
     xtr, ytr, subset = train
     xte, yte = test
     model = models.build(args.model, args.seed)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+    momentum = optimizer_momentum(spec, args.momentum)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=momentum,
                                 weight_decay=args.weight_decay)
     wrapped = adapters.wrap(args.comm, spec, model, optimizer)
     net, opt = wrapped.model, wrapped.optimizer
@@ -81,7 +93,8 @@ def train_one(spec: str, args, rank: int, world: int, train, test) -> dict:
     eval_steps = {min(steps_per_epoch, round(steps_per_epoch * (k + 1) / evals_per_epoch))
                   for k in range(evals_per_epoch)}
     log_every = max(1, args.log_every)
-    emit(rank, "start", spec=spec, comm=wrapped.label, steps=total_steps, steps_per_epoch=steps_per_epoch,
+    emit(rank, "start", spec=spec, comm=wrapped.label, momentum=momentum, steps=total_steps,
+         steps_per_epoch=steps_per_epoch,
          global_batch=global_batch, params=sum(p.numel() for p in model.parameters()))
 
     losses, evals = [], []
@@ -130,7 +143,8 @@ def train_one(spec: str, args, rank: int, world: int, train, test) -> dict:
         evals.append({"step": step, "epoch": step / steps_per_epoch, "train_s": train_time, "acc": acc,
                       "loss": test_loss})
     return {
-        "spec": spec, "comm": args.comm, "comm_label": wrapped.label, "model": args.model, "ranks": world,
+        "spec": spec, "comm": args.comm, "comm_label": wrapped.label, "optimizer_momentum": momentum,
+        "model": args.model, "ranks": world,
         "epochs": args.epochs, "train_images": int(len(subset)), "global_batch": global_batch, "steps": step,
         "payload_bytes_per_step": payload_mean / step, "raw_bytes_per_step": raw_mean / step,
         "compression_ratio": raw_mean / payload_mean if payload_mean else float("nan"),
