@@ -1,0 +1,314 @@
+"""Compressor objects (C++ codecs and Python-registered ones), spec strings and the Horovod-style Compression names."""
+import inspect
+import threading
+
+import numpy as _np
+
+from . import _gradcomp as _C
+from ._gradcomp import InvalidArgument
+
+# Size of the payload header that precedes section 0 (the dense body of a summable codec); see compressors/payload.h.
+PAYLOAD_HEADER_BYTES = 64
+
+_python_registry = {}
+_registry_lock = threading.Lock()
+
+# The parameter a positional argument means, as in Compression.topk(0.01) or Compression.qsgd(4).
+_POSITIONAL = {"topk": "ratio", "randomk": "ratio", "blocktopk": "ratio", "dgc": "ratio", "qsgd": "bits"}
+
+
+def _format_value(value):
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def make_spec(spec, **params):
+    """``make_spec("topk", ratio=0.01) == "topk:ratio=0.01"``; params given here override those in ``spec``."""
+    if isinstance(spec, CompressionSpec):
+        spec = spec.spec
+    if not isinstance(spec, str):
+        raise InvalidArgument(f"a compressor spec must be a string such as 'topk:ratio=0.01', got {type(spec).__name__}")
+    if not params:
+        return spec
+    name, _, rest = spec.partition(":")
+    pairs = [kv.split("=", 1) for kv in rest.split(",") if kv] if rest else []
+    merged = {k: v for k, v in pairs}
+    for k, v in params.items():
+        merged[k] = _format_value(v)
+    return name + ":" + ",".join(f"{k}={v}" for k, v in merged.items())
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch")
+
+
+def _stream_of(tensor):
+    if _is_torch(tensor) and tensor.is_cuda:
+        import torch
+        return torch.cuda.current_stream(tensor.device).cuda_stream
+    return 0
+
+
+def _as_array(x, what):
+    """Something DLPack-capable: torch tensors are detached; bytes become a read-only uint8 NumPy array."""
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return _np.frombuffer(x, dtype=_np.uint8)
+    if _is_torch(x):
+        return x.detach()
+    if isinstance(x, _np.ndarray):
+        return x
+    raise InvalidArgument(f"{what}: expected a torch tensor, a NumPy array or bytes, got {type(x).__name__}")
+
+
+class Compressor:
+    """A C++ codec (built-in or registered in C++) with its per-tensor error-feedback state.
+
+    Not thread-safe: use one instance per thread or serialize calls.
+    """
+
+    def __init__(self, spec, **params):
+        self._impl = _C.make_compressor(make_spec(spec, **params))
+        self._buffers = {}
+
+    @property
+    def name(self):
+        return self._impl.name
+
+    @property
+    def spec(self):
+        return self._impl.spec
+
+    @property
+    def traits(self):
+        return self._impl.traits
+
+    is_python = False
+
+    def max_payload_bytes(self, numel):
+        return self._impl.max_payload_bytes(numel)
+
+    def compress(self, tensor, name="tensor", step=0, rank=0, world_size=1, prescale=1.0, out=None):
+        """Compresses ``tensor`` (float32/16, bfloat16; CPU or CUDA; contiguous) under the stable ``name``.
+
+        Returns the payload: a uint8 torch tensor on the tensor's device for torch input, a uint8 NumPy array for
+        NumPy input (a view of ``out`` when given).
+        """
+        src = _as_array(tensor, f"compress('{name}')")
+        numel = int(src.numel()) if _is_torch(src) else int(src.size)
+        cap = self._impl.max_payload_bytes(numel)
+        if out is None:
+            if _is_torch(src):
+                import torch
+                out = torch.empty(cap, dtype=torch.uint8, device=src.device)
+            else:
+                out = _np.empty(cap, dtype=_np.uint8)
+        size = self._impl.compress_into(src, out, name, step, rank, world_size, prescale, _stream_of(src))
+        return out[:size]
+
+    def decompress(self, payload, out, accumulate=False):
+        """Decodes ``payload`` into ``out`` (same numel and dtype as compressed); adds to it when accumulate=True.
+
+        A truncated or damaged payload raises gradcomp.CorruptPayload and leaves ``out`` untouched.
+        """
+        p = _as_array(payload, "decompress() payload")
+        o = out.detach() if _is_torch(out) else out
+        self._impl.decompress_into(p, o, accumulate, _stream_of(o))
+        return out
+
+    def last_stats(self):
+        return self._impl.last_stats()
+
+    def set_threads(self, threads):
+        self._impl.set_threads(threads)
+
+    def reset_state(self):
+        self._impl.reset_state()
+
+    def state_dict(self):
+        """``{"spec": canonical spec, "state": bytes}``: every tensor's residuals, momenta and step counters."""
+        return {"spec": self.spec, "state": self._impl.save_state()}
+
+    def load_state_dict(self, state):
+        if state.get("spec") != self.spec:
+            raise InvalidArgument(f"load_state_dict: state saved by '{state.get('spec')}' cannot be loaded into "
+                                  f"'{self.spec}'")
+        self._impl.load_state(bytes(state["state"]))
+
+    def __repr__(self):
+        return f"gradcomp.Compressor('{self.spec}')"
+
+
+class PythonCompressor:
+    """A Python codec with Horovod's compressor shape: ``compress(tensor) -> (payload, ctx)`` and
+    ``decompress(payload, ctx) -> tensor``. Its payloads are combined the way Horovod combines them: the payload
+    tensors of every rank are averaged (allreduce) and then decompressed with the local ctx.
+    """
+
+    is_python = True
+
+    def __init__(self, name, impl):
+        self._name = name
+        self._impl = impl
+
+    @property
+    def name(self):
+        return self._name
+
+    @property
+    def spec(self):
+        return self._name
+
+    @property
+    def traits(self):
+        return {"summable": True, "gatherable": False, "requantizable": False, "lossy": True, "wire_dtype": "python"}
+
+    def compress(self, tensor, name="tensor", step=0, **_ignored):
+        return self._impl.compress(tensor)
+
+    def decompress(self, payload, ctx):
+        return self._impl.decompress(payload, ctx)
+
+    def state_dict(self):
+        sd = getattr(self._impl, "state_dict", None)
+        return {"spec": self._name, "state": sd() if callable(sd) else None}
+
+    def load_state_dict(self, state):
+        if state.get("spec") != self._name:
+            raise InvalidArgument(f"load_state_dict: state saved by '{state.get('spec')}' cannot be loaded into "
+                                  f"'{self._name}'")
+        ld = getattr(self._impl, "load_state_dict", None)
+        if callable(ld) and state.get("state") is not None:
+            ld(state["state"])
+
+    def __repr__(self):
+        return f"gradcomp.PythonCompressor('{self._name}', {self._impl!r})"
+
+
+def register_compressor(name, cls):
+    """Makes a Python codec usable wherever a built-in one is (``compressor(name)``, the DDP hook, the optimizer).
+
+    ``cls`` is a class (instantiated with the spec's parameters, or used as is when its methods are static, as in
+    Horovod) or an instance with ``compress(tensor) -> (payload, ctx)`` and ``decompress(payload, ctx)``.
+    """
+    if not isinstance(name, str) or not name or not all(ch.islower() or ch.isdigit() or ch == "_" for ch in name):
+        raise InvalidArgument(f"register_compressor: name '{name}' must match [a-z0-9_]+")
+    for method in ("compress", "decompress"):
+        if not callable(getattr(cls, method, None)):
+            raise InvalidArgument(f"register_compressor('{name}'): {cls!r} has no {method}() method (Horovod shape: "
+                                  "compress(tensor) -> (payload, ctx), decompress(payload, ctx) -> tensor)")
+    with _registry_lock:
+        if name in _python_registry or name in {c["name"] for c in _C.list_compressors()}:
+            raise InvalidArgument(f"register_compressor: '{name}' is already registered")
+        _python_registry[name] = cls
+
+
+def unregister_compressor(name):
+    with _registry_lock:
+        _python_registry.pop(name, None)
+
+
+def _instantiate_python(name, cls, params):
+    if isinstance(cls, type):
+        try:
+            return cls(**params)
+        except TypeError:
+            if params:
+                raise InvalidArgument(f"compressor '{name}': {cls.__name__}() does not take parameters "
+                                      f"{sorted(params)}") from None
+            return cls  # static methods only (Horovod style)
+    if params:
+        raise InvalidArgument(f"compressor '{name}' is a registered instance and takes no parameters")
+    return cls
+
+
+def _parse_python_params(rest):
+    params = {}
+    for kv in rest.split(","):
+        if not kv:
+            continue
+        k, sep, v = kv.partition("=")
+        if not sep:
+            raise InvalidArgument(f"bad parameter '{kv}': expected key=value")
+        for conv in (int, float):
+            try:
+                v = conv(v)
+                break
+            except ValueError:
+                pass
+        params[k] = v
+    return params
+
+
+def compressor(spec, **params):
+    """A new compressor from a spec (``"topk:ratio=0.01"``, ``"qsgd"``, ...) and keyword parameters.
+
+    Python-registered names are looked up first, then the C++ registry. A bad spec raises gradcomp.InvalidArgument
+    whose message lists the valid names or parameters.
+    """
+    if isinstance(spec, (Compressor, PythonCompressor)):
+        return spec
+    full = make_spec(spec, **params)
+    name, _, rest = full.partition(":")
+    with _registry_lock:
+        cls = _python_registry.get(name)
+    if cls is not None:
+        return PythonCompressor(name, _instantiate_python(name, cls, _parse_python_params(rest)))
+    return Compressor(full)
+
+
+def list_compressors():
+    """Every compressor kind: dicts with name, summary, traits, params (C++ built-ins, then Python-registered)."""
+    out = list(_C.list_compressors())
+    with _registry_lock:
+        for name, cls in _python_registry.items():
+            out.append({"name": name, "summary": (inspect.getdoc(cls) or "").split("\n")[0],
+                        "traits": {"summable": True, "gatherable": False, "requantizable": False, "lossy": True,
+                                   "wire_dtype": "python"},
+                        "params": [], "python": True})
+    return out
+
+
+class CompressionSpec:
+    """A compression choice for DistributedOptimizer / the DDP hook: usable as is (``Compression.fp16``) or called
+    with parameters (``Compression.topk(0.01)``, ``Compression.qsgd(bits=4)``)."""
+
+    def __init__(self, spec):
+        self.spec = spec
+
+    def __call__(self, *args, **params):
+        name = self.spec.partition(":")[0]
+        if args:
+            if len(args) > 1 or name not in _POSITIONAL:
+                raise InvalidArgument(f"Compression.{name}: pass parameters by keyword, e.g. "
+                                      f"Compression.{name}(ratio=0.01)")
+            params = {_POSITIONAL[name]: args[0], **params}
+        return CompressionSpec(make_spec(self.spec, **params))
+
+    def __repr__(self):
+        return f"Compression('{self.spec}')"
+
+    def __eq__(self, other):
+        return isinstance(other, CompressionSpec) and other.spec == self.spec
+
+    def __hash__(self):
+        return hash(self.spec)
+
+
+class Compression:
+    """Horovod-style names: ``compression=gradcomp.Compression.topk(0.01)``, ``Compression.fp16``, ..."""
+    none = CompressionSpec("none")
+    fp16 = CompressionSpec("fp16")
+    bf16 = CompressionSpec("bf16")
+    qsgd = CompressionSpec("qsgd")
+    terngrad = CompressionSpec("terngrad")
+    onebit = CompressionSpec("onebit")
+    topk = CompressionSpec("topk")
+    randomk = CompressionSpec("randomk")
+    blocktopk = CompressionSpec("blocktopk")
+    dgc = CompressionSpec("dgc")
+
+    @staticmethod
+    def custom(name, **params):
+        """A registered (C++ or Python) compressor by name."""
+        return CompressionSpec(make_spec(name, **params))

@@ -1,0 +1,98 @@
+// Communicators and compressed_allreduce (when the library has them: GRADCOMP_PY_HAVE_COLLECTIVES), and the fusion
+// Runtime (GRADCOMP_PY_HAVE_RUNTIME). The module's has_collectives / has_runtime flags tell Python which exist.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/unique_ptr.h>
+
+#include <chrono>
+#include <cstdint>
+
+#include "bindings.h"
+#include "gradcomp/error.h"
+#include "tensor_cast.h"
+
+#if GRADCOMP_PY_HAVE_COLLECTIVES
+#include "gradcomp/collectives.h"
+#include "gradcomp/communicator.h"
+#endif
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace gradcomp::python {
+
+#if GRADCOMP_PY_HAVE_COLLECTIVES
+namespace {
+ReduceOp op_of(std::string_view op) {
+  if (op == "sum") return ReduceOp::kSum;
+  if (op == "average") return ReduceOp::kAverage;
+  throw InvalidArgument(fmt::format("unknown reduce op '{}' (valid: sum, average)", op));
+}
+}  // namespace
+#endif
+
+void init_comm(nb::module_& m) {
+#if GRADCOMP_PY_HAVE_COLLECTIVES
+  m.attr("has_collectives") = true;
+  nb::class_<Communicator>(m, "Communicator", "A group of ranks (MPI, NCCL or in-process).")
+      .def_prop_ro("rank", &Communicator::rank)
+      .def_prop_ro("size", &Communicator::size)
+      .def_prop_ro("backend", &Communicator::backend)
+      .def(
+          "allreduce",
+          [](Communicator& c, const OutArray& tensor, std::string_view op, std::uintptr_t stream) {
+            const TensorView view = to_view(tensor, "allreduce() tensor", stream);
+            nb::gil_scoped_release release;
+            c.allreduce(view, op_of(op));
+          },
+          "tensor"_a, "op"_a = "sum", "stream"_a = 0)
+      .def(
+          "broadcast",
+          [](Communicator& c, const OutArray& buffer, int root) {
+            const TensorView view = to_view(buffer, "broadcast() buffer", 0);
+            nb::gil_scoped_release release;
+            c.broadcast({static_cast<std::byte*>(view.data()), view.bytes()}, root);
+          },
+          "buffer"_a, "root"_a = 0)
+      .def("barrier", [](Communicator& c) {
+        nb::gil_scoped_release release;
+        c.barrier();
+      });
+  m.def(
+      "make_mpi_world_communicator",
+      [](double timeout_s) {
+        MpiOptions options;
+        options.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+        return make_mpi_world_communicator(options);
+      },
+      "timeout_s"_a = 60.0);
+  m.def(
+      "compressed_allreduce",
+      [](Communicator& comm, Compressor& compressor, const OutArray& tensor, std::string_view name,
+         std::string_view op, std::uint64_t step, std::uintptr_t stream) {
+        const TensorView view = to_view(tensor, fmt::format("compressed_allreduce('{}')", name), stream);
+        AllreduceOptions options;
+        options.op = op_of(op);
+        options.step = step;
+        AllreduceStats stats;
+        {
+          nb::gil_scoped_release release;
+          stats = compressed_allreduce(comm, compressor, view, name, options);
+        }
+        nb::dict d;
+        d["algorithm"] = std::string(algorithm_name(stats.algorithm));
+        d["input_bytes"] = stats.input_bytes;
+        d["wire_bytes"] = stats.wire_bytes;
+        d["switched_to_dense"] = stats.switched_to_dense;
+        return d;
+      },
+      "comm"_a, "compressor"_a, "tensor"_a, "name"_a, "op"_a = "average", "step"_a = 0, "stream"_a = 0);
+#else
+  m.attr("has_collectives") = false;
+#endif
+  m.attr("has_runtime") = false;
+}
+
+}  // namespace gradcomp::python
