@@ -6,8 +6,9 @@ bytes this rank's compressor produced and the bytes of the uncompressed gradient
 per-call stats, never estimated).
 
 comm:
-  gradcomp   gradcomp.torch.DistributedOptimizer on gradcomp's C++ runtime over MPI (run under mpirun; the product's
-             path, Horovod-style).
+  gradcomp   gradcomp.torch.DistributedOptimizer (Horovod-style), ranks under mpirun. gradcomp.torch.init() picks its
+             backend: gradcomp's C++ MPI collectives when the module was built with them, else torch.distributed
+             (gloo); the run's label names the one used.
   ddp-hook   torch DistributedDataParallel with gradcomp.torch.ddp_comm_hook(spec) on a gloo process group.
   torch      reference without gradcomp: a flat dense torch.distributed.all_reduce of the f32 gradients (spec 'none'
              only; its byte count is the f32 tensor that all_reduce is given).
@@ -62,32 +63,85 @@ class TorchDense(Wrapped):
         return self.sent, self.sent
 
 
-def _stats_bytes(stats) -> tuple[int, int]:
-    """(payload, raw) from gradcomp's stats object or dict."""
-    get = (lambda k: stats[k]) if isinstance(stats, dict) else (lambda k: getattr(stats, k))
-    return int(get("payload_bytes")), int(get("raw_bytes"))
+class PayloadCounter:
+    """Sums gradcomp's own per-call compression stats over a run: payload bytes (CompressStats.payload_bytes, header
+    included; for the MPI collectives AllreduceStats.payload_bytes, which sums the chunks of scatter-reduce-allgather)
+    and the uncompressed f32 bytes of the gradients compressed (CompressStats.numel x 4, AllreduceStats.input_bytes).
+    """
+
+    def __init__(self):
+        self.payload = 0
+        self.raw = 0
+        self.calls = 0
+        self.source = "CompressStats"
+
+    def add(self, payload: int, raw: int) -> None:
+        self.payload += int(payload)
+        self.raw += int(raw)
+        self.calls += 1
+
+
+def counting_compressor(spec: str, counter: PayloadCounter):
+    """A gradcomp.Compressor for `spec` that adds each compress() call's stats to `counter`. gradcomp's DDP hook and
+    DistributedOptimizer take a Compressor instance wherever they take a spec and call its compress() (torch.distributed
+    paths); gradcomp's C++ MPI collectives call the codec directly and are counted by count_mpi_allreduce()."""
+    import gradcomp
+
+    class CountingCompressor(gradcomp.Compressor):
+        def compress(self, tensor, *args, **kwargs):
+            payload = super().compress(tensor, *args, **kwargs)
+            stats = self.last_stats()
+            counter.add(stats["payload_bytes"], stats["numel"] * 4)
+            return payload
+
+    return CountingCompressor(spec)
+
+
+_mpi_counter: PayloadCounter | None = None
+
+
+def count_mpi_allreduce(counter: PayloadCounter) -> None:
+    """Routes the stats that gradcomp's compressed_allreduce returns (one dict per call) into `counter`."""
+    global _mpi_counter
+    import gradcomp.torch as gct
+    _mpi_counter = counter
+    native = gct._C
+    if getattr(native, "_accuracy_bench_counting", False):
+        return
+    original = native.compressed_allreduce
+
+    def counted(comm, compressor, tensor, *args, **kwargs):
+        stats = original(comm, compressor, tensor, *args, **kwargs)
+        if _mpi_counter is not None:
+            if "payload_bytes" in stats:
+                _mpi_counter.add(stats["payload_bytes"], stats["input_bytes"])
+                _mpi_counter.source = "AllreduceStats"
+            else:  # older binding: the codec's last compress() (exact unless scatter-reduce-allgather chunked it)
+                last = compressor.last_stats()
+                _mpi_counter.add(last["payload_bytes"], stats["input_bytes"])
+                _mpi_counter.source = "CompressStats (last call per allreduce)"
+        return stats
+
+    native.compressed_allreduce = counted
+    native._accuracy_bench_counting = True
 
 
 class GradcompOptimizer(Wrapped):
     """Horovod-style: gradcomp.torch.DistributedOptimizer compresses and averages every gradient during backward."""
 
     def __init__(self, spec, model, optimizer):
-        import gradcomp
         import gradcomp.torch as gct
+        self.counter = PayloadCounter()
         gct.broadcast_parameters(model.state_dict(), root_rank=0)
         gct.broadcast_optimizer_state(optimizer, root_rank=0)
+        if gct.backend() == "mpi":
+            count_mpi_allreduce(self.counter)
         opt = gct.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                       compression=gradcomp.Compression.from_spec(spec)
-                                       if hasattr(gradcomp.Compression, "from_spec") else spec)
-        super().__init__(model, opt, "gradcomp.torch.DistributedOptimizer (gradcomp runtime, MPI)")
+                                       compression=counting_compressor(spec, self.counter))
+        super().__init__(model, opt, f"gradcomp.torch.DistributedOptimizer (gradcomp backend '{gct.backend()}')")
 
     def payload_bytes(self) -> tuple[int, int]:
-        return _stats_bytes(self.optimizer.stats())
-
-    def close(self) -> None:
-        close = getattr(self.optimizer, "close", None)
-        if close:
-            close()
+        return self.counter.payload, self.counter.raw
 
 
 class GradcompDdpHook(Wrapped):
@@ -96,13 +150,14 @@ class GradcompDdpHook(Wrapped):
     def __init__(self, spec, model, optimizer):
         import gradcomp.torch as gct
         from torch.nn.parallel import DistributedDataParallel
+        self.counter = PayloadCounter()
         ddp = DistributedDataParallel(model)
-        self.state, hook = gct.ddp_comm_hook(spec)
+        self.state, hook = gct.ddp_comm_hook(counting_compressor(spec, self.counter), model=model)
         ddp.register_comm_hook(self.state, hook)
         super().__init__(ddp, optimizer, "torch DDP + gradcomp.torch.ddp_comm_hook (gloo)")
 
     def payload_bytes(self) -> tuple[int, int]:
-        return _stats_bytes(self.state.stats())
+        return self.counter.payload, self.counter.raw
 
 
 def gradcomp_available() -> bool:
@@ -130,4 +185,4 @@ def init(comm: str) -> None:
     """Per-process setup of the communication path (after the side-channel process group exists)."""
     if comm == "gradcomp":
         import gradcomp.torch as gct
-        gct.init()
+        gct.init()   # gradcomp's MPI collectives under mpirun when built with them, else torch.distributed
