@@ -4,6 +4,11 @@
 #include "compressors/none.h"
 
 // Quantizers (one include each, below this line).
+#include "compressors/bf16.h"
+#include "compressors/fp16.h"
+#include "compressors/onebit.h"
+#include "compressors/qsgd.h"
+#include "compressors/terngrad.h"
 
 
 // Sparsifiers (one include each, below this line).
@@ -20,6 +25,11 @@ void register_builtins(Registry& registry) {
   registry.add(none_compressor_info());
 
   // Quantizers: fp16, bf16, qsgd, terngrad, onebit (one line each, below this comment).
+  registry.add(fp16_compressor_info());
+  registry.add(bf16_compressor_info());
+  registry.add(qsgd_compressor_info());
+  registry.add(terngrad_compressor_info());
+  registry.add(onebit_compressor_info());
 
 
   // Sparsifiers: topk, randomk, blocktopk, dgc (one line each, below this comment).

@@ -7,4 +7,5 @@
 #include "gradcomp/config.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
+#include "gradcomp/runtime.h"
 #include "gradcomp/tensor.h"

@@ -1,0 +1,46 @@
+// Helpers shared by the quantizing codecs (fp16, bf16, qsgd, terngrad, onebit): payload validation on decode,
+// bucket bookkeeping and parallel chunking that keeps whole buckets in one chunk.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+#include "compressors/payload.h"
+#include "gradcomp/registry.h"
+
+namespace gradcomp::quantize {
+
+// Header flag: some bucket held NaN/Inf under nonfinite=pass, so NaN scales are legitimate in this payload.
+inline constexpr std::uint16_t kFlagNonFinite = 1;
+
+// Number of buckets of `bucket` elements covering `numel` (the last one may be partial).
+constexpr std::size_t bucket_count(std::size_t numel, std::size_t bucket) { return (numel + bucket - 1) / bucket; }
+
+// Parallel chunk (elements) for `bucket`: a multiple of the bucket near kernels::kParallelChunk, independent of the
+// thread count, so every bucket lies in one chunk.
+std::size_t bucket_chunk(std::size_t bucket);
+
+// Throws CorruptPayload unless the header's params, flags (subset of `allowed_flags`), dtype (f32/f16/bf16) and
+// section count match what this codec instance writes.
+void check_header(const payload::View& view, std::string_view codec, std::uint32_t param0, std::uint32_t param1,
+                  std::uint16_t allowed_flags, std::size_t sections);
+
+// Throws CorruptPayload unless section `index` has exactly `expected` bytes.
+void check_section(const payload::View& view, std::string_view codec, std::size_t index, std::size_t expected,
+                   std::string_view what);
+
+// Copies `count` f32 scales from the (possibly unaligned) section into `out` and checks them: each must be >= 0 and
+// finite, or NaN when the payload carries kFlagNonFinite. Throws CorruptPayload naming the first bad bucket.
+void read_scales(const payload::View& view, std::string_view codec, std::size_t section, std::size_t count,
+                 float* out);
+
+// Parameter declarations shared by the bucketed codecs.
+ParamSpec bucket_param(std::string default_value, double min, std::string help);
+ParamSpec seed_param();
+
+// Throws InvalidArgument unless `bucket` is a multiple of 8 (bucket starts must be byte-aligned in packed sections).
+void check_bucket_multiple(std::string_view codec, long long bucket, bool zero_allowed);
+
+}  // namespace gradcomp::quantize

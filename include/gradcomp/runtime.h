@@ -1,0 +1,170 @@
+// Runtime: a Horovod-style tensor-fusion engine over one Communicator. The caller enqueues named gradients from any
+// thread; a background thread negotiates with the other ranks which names are ready everywhere, packs ready tensors
+// of the same dtype, device and compression spec into a fusion buffer, runs one compressed allreduce per buffer and
+// scatters the results back into the callers' tensors. Error-feedback residuals are kept per tensor name, so they
+// are right whatever the fusion threshold or the arrival order. No process-wide state: every Runtime owns its
+// thread, buffers, compressors and timeline; several can live in one process on different communicators.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gradcomp/communicator.h"
+#include "gradcomp/tensor.h"
+
+namespace gradcomp {
+
+// One policy rule: tensors whose name matches the glob `pattern` ('*' any run, '?' one character, anything else
+// literal) use `spec` (a compressor spec such as "topk:ratio=0.01", or "auto").
+struct PolicyRule {
+  std::string pattern;
+  std::string spec;
+};
+
+// Which compressor a tensor gets when allreduce_async() is called without an explicit spec.
+struct CompressionPolicy {
+  // Tried in order; the first match wins.
+  std::vector<PolicyRule> rules;
+  // Spec for names no rule matches.
+  std::string default_spec = "none";
+  // Tensors of fewer bytes than this go dense ("none") whatever the rules say (0 = no minimum).
+  std::size_t min_compress_bytes = 0;
+  // Candidates of the "auto" spec. Per fused buffer the runtime predicts, for each candidate and for "none",
+  // input_bytes / compress throughput + wire bytes / link bandwidth + decompress time, and takes the smallest.
+  std::vector<std::string> auto_candidates = {"topk:ratio=0.01"};
+};
+
+// Fusion threshold from GRADCOMP_FUSION_THRESHOLD (bytes), else 64 MiB.
+std::size_t default_fusion_threshold();
+// Timeline path from GRADCOMP_TIMELINE, else "" (no timeline).
+std::string default_timeline_path();
+// Cycle time from GRADCOMP_CYCLE_TIME_MS, else 1 ms.
+double default_cycle_time_ms();
+
+struct RuntimeOptions {
+  // Period of the negotiation cycle, milliseconds.
+  double cycle_time_ms = default_cycle_time_ms();
+  // Largest fusion buffer, bytes. Tensors at least this large travel alone; 0 disables fusion.
+  std::size_t fusion_threshold_bytes = default_fusion_threshold();
+  CompressionPolicy policy;
+  // Chrome-trace JSON output ("" = none). "{rank}" in the path is replaced by the rank; without it only rank 0
+  // writes. The file is complete (valid JSON) once the runtime has shut down.
+  std::string timeline_path = default_timeline_path();
+  // Reduction applied to every tensor.
+  ReduceOp op = ReduceOp::kAverage;
+  // Names remembered by the response cache (one bit each in the steady-state negotiation message).
+  std::size_t cache_capacity = 4096;
+  // Link bandwidth (bytes/s) assumed by "auto"; 0 = measured at start-up with a dense allreduce.
+  double link_bytes_per_s = 0;
+  // Wait deadline of wait()/synchronize() and of a tensor that not every rank submits; 0 = the communicator's
+  // timeout().
+  std::chrono::milliseconds timeout{0};
+};
+
+// Outcome of one tensor's allreduce. ok() or an exception (a gradcomp::Error subclass) to rethrow.
+struct Status {
+  std::exception_ptr error;
+
+  bool ok() const { return error == nullptr; }
+  // "" when ok, else the exception's what().
+  std::string message() const;
+  // Throws the stored exception, if any.
+  void rethrow() const;
+};
+
+// Ticket of one allreduce_async() call; pass it to wait() exactly once.
+struct Handle {
+  std::uint64_t id = 0;
+};
+
+// Called on the runtime's background thread when a tensor completes. It must not block on the runtime (no wait,
+// synchronize or shutdown); enqueueing more work is fine. Exceptions it throws are reported on stderr and dropped.
+using CompletionCallback = std::function<void(const Status&)>;
+
+// One fusion buffer (one data message) executed by the runtime.
+struct BufferRecord {
+  std::string spec;          // the compressor spec that ran (for "auto", the chosen candidate)
+  std::string algorithm;     // "dense", "allgather", "sparse", "sra"
+  bool auto_chosen = false;  // picked by the "auto" policy
+  double predicted_s = 0;    // auto: predicted time of the chosen candidate
+  double dense_predicted_s = 0;  // auto: predicted time of "none"
+  std::size_t tensors = 0;
+  std::size_t input_bytes = 0;
+  std::size_t wire_bytes = 0;
+  double copy_in_s = 0, compress_s = 0, communicate_s = 0, decompress_s = 0, copy_out_s = 0;
+};
+
+// Counters since construction or the last take_stats().
+struct RuntimeStats {
+  std::uint64_t cycles = 0;                   // negotiation cycles
+  std::uint64_t negotiation_collectives = 0;  // collectives spent negotiating
+  std::uint64_t tensors = 0;                  // tensors completed (successfully or not)
+  std::uint64_t messages = 0;                 // data collectives (one per fusion buffer)
+  std::size_t input_bytes = 0;                // uncompressed bytes reduced
+  std::size_t wire_bytes = 0;                 // bytes this rank sent for the data
+  double negotiate_s = 0, queue_s = 0, copy_in_s = 0, compress_s = 0, communicate_s = 0, decompress_s = 0,
+         copy_out_s = 0;
+  // The last 1024 buffers, oldest first.
+  std::vector<BufferRecord> buffers;
+
+  // input_bytes / wire_bytes (0 when nothing was sent).
+  double compression_ratio() const;
+};
+
+class Runtime {
+ public:
+  // Starts the background thread. `comm` must outlive the runtime and must not be used by anyone else while the
+  // runtime runs. Every rank of `comm` must construct a Runtime with equal options.
+  Runtime(Communicator& comm, RuntimeOptions options = {});
+  // shutdown().
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Enqueues an in-place allreduce of `tensor` under `name` (unique among this runtime's pending tensors). `spec`
+  // overrides the policy ("" = use the policy). The tensor's memory must stay valid and untouched until completion.
+  // Every rank must submit the same names with the same numel, dtype and spec, in any order; a mismatch completes the
+  // tensor with InvalidArgument on every rank. Throws InvalidArgument (bad spec, duplicate pending name, CUDA tensor)
+  // or the error that stopped the runtime.
+  Handle allreduce_async(std::string_view name, const TensorView& tensor, std::string_view spec = {});
+  // Same, reporting completion only to `on_done` (no handle to wait on; synchronize() still waits for it).
+  void allreduce_async(std::string_view name, const TensorView& tensor, std::string_view spec,
+                       CompletionCallback on_done);
+
+  // Blocks until `handle` completes and rethrows its error. Throws Timeout past the deadline, InvalidArgument for
+  // an unknown or already waited handle.
+  void wait(Handle handle);
+  // True once `handle` completed (wait() then returns at once).
+  bool poll(Handle handle) const;
+  // Waits for every tensor submitted so far, releases their handles, then rethrows the first error among them.
+  void synchronize();
+
+  // Finishes the work every rank submitted, completes the rest with an error, stops the thread and closes the
+  // timeline. Collective: every rank must call it (or destroy its runtime). Idempotent; bounded by the timeout.
+  void shutdown();
+
+  // Counters (cumulative) / counters since the last take_stats(), then reset.
+  RuntimeStats stats() const;
+  RuntimeStats take_stats();
+
+  // Error-feedback residual of `name` (f32, numel elements), empty if the runtime holds none.
+  std::vector<float> residual(std::string_view name) const;
+
+  int rank() const;
+  int size() const;
+  const RuntimeOptions& options() const;
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gradcomp

@@ -1,0 +1,535 @@
+"""PyTorch integration.
+
+DDP comm hook::
+
+    state, hook = gradcomp.torch.ddp_comm_hook("topk:ratio=0.01", model=model)
+    ddp_model.register_comm_hook(state, hook)
+
+Horovod-style API (a Horovod script changes only ``import horovod.torch as hvd`` to ``import gradcomp.torch as hvd``)::
+
+    hvd.init()
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                         compression=hvd.Compression.topk(0.01))
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+"""
+import contextlib
+import hashlib
+import os
+import socket
+
+import torch
+import torch.distributed as dist
+
+from . import _gradcomp as _C
+from ._compressors import Compression, CompressionSpec, InvalidArgument, compressor, make_spec  # noqa: F401
+from ._exchange import Exchanger
+from ._gradcomp import CommError, Error, Timeout  # noqa: F401
+
+# Reduction ops, as in horovod.torch.
+Average = "average"
+Sum = "sum"
+Adasum = "adasum"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# DDP communication hook
+# ---------------------------------------------------------------------------------------------------------------------
+class HookState:
+    """State of gradcomp's DDP comm hook: the compressor (per-parameter residuals keyed by parameter name), the step
+    counter and the process group. ``state_dict()`` / ``load_state_dict()`` checkpoint all of it."""
+
+    def __init__(self, spec, model=None, process_group=None, **params):
+        self.compressor = compressor(spec, **params)
+        self.process_group = process_group
+        self.step = 0
+        self._names = {}
+        if model is not None:
+            self._names = {id(p): name for name, p in model.named_parameters()}
+        self._exchanger = None
+
+    def name_of(self, param):
+        """Stable name of a parameter: its name in `model`, else the order it was first seen in (identical on every
+        rank, and again after a restart, because DDP's first buckets are built in parameter order)."""
+        key = id(param)
+        name = self._names.get(key)
+        if name is None:
+            name = f"param{len(self._names)}"
+            self._names[key] = name
+        return name
+
+    def exchanger(self):
+        if self._exchanger is None:
+            self._exchanger = Exchanger(self.compressor, self.process_group, average=True)
+        return self._exchanger
+
+    def state_dict(self):
+        return {"spec": self.compressor.spec, "step": self.step, "compressor": self.compressor.state_dict()}
+
+    def load_state_dict(self, state):
+        self.compressor.load_state_dict(state["compressor"])
+        self.step = int(state["step"])
+
+
+def _bucket_items(state, bucket):
+    buffer = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
+    params = bucket.parameters() if hasattr(bucket, "parameters") else bucket.get_model_params_for_bucket()
+    items = []
+    offset = 0
+    for p in params:
+        n = p.numel()
+        items.append((state.name_of(p), buffer[offset:offset + n]))
+        offset += n
+    if offset != buffer.numel():
+        raise Error(f"gradcomp DDP hook: bucket {bucket.index()} holds {buffer.numel()} elements but its parameters "
+                    f"have {offset}; parameters with sparse or non-contiguous gradients are not supported")
+    return buffer, items
+
+
+def _gradcomp_hook(state, bucket):
+    buffer, items = _bucket_items(state, bucket)
+    fut = state.exchanger().run(items, state.step, result=buffer)
+    if bucket.is_last():
+        state.step += 1
+    return fut
+
+
+def ddp_comm_hook(spec="topk:ratio=0.01", model=None, process_group=None, **params):
+    """``(state, hook)`` for ``DistributedDataParallel.register_comm_hook``, compressing each bucket's gradients
+    per parameter with gradcomp (spec like ``"topk:ratio=0.01"``, a Compression name or a Python-registered codec).
+
+    Pass ``model`` so residuals are keyed by parameter names. Works on gloo (CPU) and NCCL (GPU) groups.
+    """
+    return HookState(spec, model=model, process_group=process_group, **params), _gradcomp_hook
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Horovod-style process-wide API
+# ---------------------------------------------------------------------------------------------------------------------
+class _Context:
+    def __init__(self):
+        self.backend = None       # "torch" (torch.distributed) or "mpi" (gradcomp's C++ MPI communicator)
+        self.comm = None          # C++ communicator for the "mpi" backend
+        self.rank = 0
+        self.size = 1
+        self.local_rank = 0
+        self.local_size = 1
+        self.owns_process_group = False
+
+
+_ctx = _Context()
+
+
+def _env_int(*names, default=None):
+    for n in names:
+        v = os.environ.get(n)
+        if v is not None and v != "":
+            return int(v)
+    return default
+
+
+def _rendezvous_port():
+    explicit = _env_int("GRADCOMP_MASTER_PORT", "MASTER_PORT")
+    if explicit:
+        return explicit
+    job = os.environ.get("PMIX_NAMESPACE") or os.environ.get("OMPI_MCA_ess_base_jobid") or os.environ.get("PMI_ID")
+    if job is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    return 20000 + int(hashlib.sha1(job.encode()).hexdigest(), 16) % 20000
+
+
+def init(backend=None, timeout_s=60.0):
+    """Initializes gradcomp's process group from the MPI launcher's environment (mpirun, srun) or torchrun's.
+
+    backend: "mpi" (gradcomp's C++ MPI communicator and compressed_allreduce; default when gradcomp was built with
+    them and the process runs under mpirun), "torch" (torch.distributed: gloo, or NCCL when CUDA is available), or
+    None for the default (env GRADCOMP_BACKEND overrides).
+    """
+    if _ctx.backend is not None:
+        return
+    backend = backend or os.environ.get("GRADCOMP_BACKEND")
+    under_mpi = "OMPI_COMM_WORLD_RANK" in os.environ or "PMI_RANK" in os.environ
+    if backend is None:
+        backend = "mpi" if (under_mpi and _C.has_collectives) else "torch"
+    if backend == "mpi":
+        if not _C.has_collectives:
+            raise CommError("gradcomp.torch.init(backend='mpi'): this build of gradcomp has no MPI communicator")
+        _ctx.comm = _C.make_mpi_world_communicator(timeout_s)
+        _ctx.rank, _ctx.size = _ctx.comm.rank, _ctx.comm.size
+    elif backend == "torch":
+        if dist.is_initialized():
+            _ctx.rank, _ctx.size = dist.get_rank(), dist.get_world_size()
+        else:
+            rank = _env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK", default=0)
+            size = _env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE", default=1)
+            local_size = _env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "LOCAL_WORLD_SIZE", default=size)
+            addr = os.environ.get("GRADCOMP_MASTER_ADDR") or os.environ.get("MASTER_ADDR")
+            if addr is None:
+                if local_size != size:
+                    raise InvalidArgument("gradcomp.torch.init(): a multi-node job needs MASTER_ADDR (the host of "
+                                          "rank 0) in the environment")
+                addr = "127.0.0.1"
+            port = _rendezvous_port()
+            pg_backend = "nccl" if (torch.cuda.is_available() and os.environ.get("GRADCOMP_TORCH_PG") != "gloo") \
+                else "gloo"
+            import datetime
+            dist.init_process_group(pg_backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=size,
+                                    timeout=datetime.timedelta(seconds=timeout_s))
+            _ctx.owns_process_group = True
+            _ctx.rank, _ctx.size = rank, size
+    else:
+        raise InvalidArgument(f"gradcomp.torch.init(): unknown backend '{backend}' (valid: mpi, torch)")
+    _ctx.backend = backend
+    _ctx.local_rank = _env_int("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK",
+                               default=0 if _ctx.size == 1 else _ctx.rank)
+    _ctx.local_size = _env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE",
+                               default=_ctx.size)
+
+
+def _require_init():
+    if _ctx.backend is None:
+        raise InvalidArgument("gradcomp.torch: call init() first")
+
+
+def shutdown():
+    """Releases the process group (init() may be called again)."""
+    if _ctx.backend == "torch" and _ctx.owns_process_group and dist.is_initialized():
+        dist.destroy_process_group()
+    _ctx.__init__()
+
+
+def is_initialized():
+    return _ctx.backend is not None
+
+
+def rank():
+    _require_init()
+    return _ctx.rank
+
+
+def size():
+    _require_init()
+    return _ctx.size
+
+
+def local_rank():
+    _require_init()
+    return _ctx.local_rank
+
+
+def local_size():
+    _require_init()
+    return _ctx.local_size
+
+
+def backend():
+    """"mpi" (gradcomp's C++ communicator) or "torch" (torch.distributed)."""
+    _require_init()
+    return _ctx.backend
+
+
+def _check_op(op, average=None):
+    if average is not None:
+        op = Average if average else Sum
+    if op is None:
+        op = Average
+    if op not in (Average, Sum):
+        raise InvalidArgument(f"gradcomp.torch: reduce op '{op}' is not supported (valid: Average, Sum)")
+    return op
+
+
+def allreduce(tensor, average=None, name=None, op=None, compression=None):
+    """Returns the average (or sum) of `tensor` over all ranks (uncompressed unless `compression` is given)."""
+    _require_init()
+    op = _check_op(op, average)
+    out = tensor.detach().clone().contiguous()
+    if compression is None or compression == Compression.none:
+        if _ctx.backend == "mpi":
+            _ctx.comm.allreduce(out.view(-1), op)
+        else:
+            dist.all_reduce(out)
+            if op == Average:
+                out.div_(_ctx.size)
+        return out
+    c = compressor(compression)
+    _Backend.get().allreduce(c, name or "allreduce", out.view(-1), 0, op).wait()
+    return out
+
+
+def allreduce_(tensor, average=None, name=None, op=None):
+    tensor.copy_(allreduce(tensor, average=average, name=name, op=op))
+    return tensor
+
+
+def broadcast_(tensor, root_rank, name=None):
+    """In place: every rank's `tensor` becomes root_rank's."""
+    _require_init()
+    if _ctx.backend == "mpi":
+        if not tensor.is_contiguous():
+            raise InvalidArgument(f"broadcast_('{name}'): tensor must be contiguous")
+        _ctx.comm.broadcast(tensor.detach().view(-1).view(torch.uint8), root_rank)
+    else:
+        dist.broadcast(tensor.detach(), root_rank)
+    return tensor
+
+
+def broadcast(tensor, root_rank, name=None):
+    return broadcast_(tensor.detach().clone().contiguous(), root_rank, name)
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """Pickles `obj` on root_rank and returns it on every rank."""
+    _require_init()
+    if _ctx.size == 1:
+        return obj
+    if _ctx.backend == "torch":
+        box = [obj]
+        dist.broadcast_object_list(box, src=root_rank)
+        return box[0]
+    import pickle
+    data = pickle.dumps(obj) if _ctx.rank == root_rank else b""
+    length = torch.tensor([len(data)], dtype=torch.int64)
+    broadcast_(length, root_rank)
+    buf = torch.zeros(int(length.item()), dtype=torch.uint8)
+    if _ctx.rank == root_rank:
+        buf.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+    broadcast_(buf, root_rank)
+    return pickle.loads(buf.numpy().tobytes())
+
+
+def broadcast_parameters(params, root_rank=0):
+    """Broadcasts a model's ``state_dict()`` or ``named_parameters()`` from root_rank (as horovod.torch does)."""
+    _require_init()
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    elif isinstance(params, list) or hasattr(params, "__iter__"):
+        items = list(params)
+        if items and not isinstance(items[0], tuple):
+            raise InvalidArgument("broadcast_parameters: pass model.state_dict() or model.named_parameters()")
+    else:
+        raise InvalidArgument(f"broadcast_parameters: invalid params of type {type(params).__name__}")
+    with torch.no_grad():
+        for name, p in items:
+            if torch.is_tensor(p):
+                broadcast_(p, root_rank, name)
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0):
+    """Makes every rank's optimizer state (hyper-parameters, momenta, gradcomp compressor state) root_rank's."""
+    _require_init()
+    if _ctx.size == 1:
+        return
+    state = optimizer.state_dict() if _ctx.rank == root_rank else None
+    state = broadcast_object(state, root_rank)
+    if _ctx.rank != root_rank:
+        optimizer.load_state_dict(state)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Backends of DistributedOptimizer: torch.distributed (shared with the hook) or gradcomp's C++ MPI collectives
+# ---------------------------------------------------------------------------------------------------------------------
+class _Handle:
+    def __init__(self, fut=None):
+        self.fut = fut
+
+    def wait(self):
+        if self.fut is not None:
+            self.fut.wait()
+
+
+class _Backend:
+    _instance = None
+
+    @staticmethod
+    def get():
+        if _Backend._instance is None or _Backend._instance.kind != _ctx.backend:
+            _Backend._instance = _MpiBackend() if _ctx.backend == "mpi" else _TorchBackend()
+        return _Backend._instance
+
+
+class _TorchBackend(_Backend):
+    kind = "torch"
+
+    def __init__(self):
+        self._exchangers = {}
+
+    def allreduce(self, comp, name, flat, step, op):
+        ex = self._exchangers.get(id(comp))
+        if ex is None or ex.compressor is not comp:
+            ex = Exchanger(comp, None, average=(op == Average))
+            self._exchangers[id(comp)] = ex
+        return _Handle(ex.run([(name, flat)], step))
+
+
+class _MpiBackend(_Backend):
+    kind = "mpi"
+
+    def allreduce(self, comp, name, flat, step, op):
+        if comp.is_python:
+            payload, ctx = comp.compress(flat, name=name)
+            payload = payload.contiguous()
+            _ctx.comm.allreduce(payload.view(-1), op)
+            flat.copy_(comp.decompress(payload, ctx).reshape(flat.shape))
+            return _Handle()
+        _C.compressed_allreduce(_ctx.comm, comp._impl, flat, name, op, step)
+        return _Handle()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# DistributedOptimizer
+# ---------------------------------------------------------------------------------------------------------------------
+class _DistributedOptimizer(torch.optim.Optimizer):
+    def _gradcomp_setup(self, named_parameters, compression, backward_passes_per_step, op):
+        _require_init()
+        self._op = _check_op(op)
+        self._compression = compression
+        self._compressor = compressor(compression)
+        self._backward_passes_per_step = int(backward_passes_per_step)
+        if self._backward_passes_per_step < 1:
+            raise InvalidArgument(f"DistributedOptimizer: backward_passes_per_step must be >= 1, got "
+                                  f"{backward_passes_per_step}")
+        all_params = [p for group in self.param_groups for p in group["params"]]
+        if named_parameters is not None:
+            named = list(named_parameters)
+            names = [n for n, _ in named]
+            if len(set(names)) != len(names):
+                raise InvalidArgument("DistributedOptimizer: named_parameters has duplicate names")
+            self._names = {id(p): n for n, p in named}
+            missing = [i for i, p in enumerate(all_params) if id(p) not in self._names]
+            if missing:
+                raise InvalidArgument(f"DistributedOptimizer: {len(missing)} optimizer parameters are missing from "
+                                      "named_parameters")
+        else:
+            self._names = {}
+            for gi, group in enumerate(self.param_groups):
+                for pi, p in enumerate(group["params"]):
+                    self._names[id(p)] = f"allreduce.noname.{gi}.{pi}"
+        self._step_count_gc = 0
+        self._handles = {}
+        self._passes = {}
+        self._should_sync = True
+        self._synchronized = False
+        self._hook_handles = []
+        self._grad_accs = []
+        if _ctx.size > 1 or os.environ.get("GRADCOMP_FORCE_HOOKS"):
+            self._register_hooks()
+
+    def _register_hooks(self):
+        for group in self.param_groups:
+            for p in group["params"]:
+                if not p.requires_grad:
+                    continue
+                if hasattr(p, "register_post_accumulate_grad_hook"):
+                    self._hook_handles.append(p.register_post_accumulate_grad_hook(self._make_post_hook(p)))
+                else:
+                    acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                    self._hook_handles.append(acc.register_hook(self._make_acc_hook(p)))
+                    self._grad_accs.append(acc)
+
+    def _remove_hooks(self):
+        for h in self._hook_handles:
+            h.remove()
+        self._hook_handles = []
+        self._grad_accs = []
+
+    def _make_acc_hook(self, p):
+        def hook(*_):
+            self._on_grad(p)
+        return hook
+
+    def _make_post_hook(self, p):
+        def hook(_):
+            self._on_grad(p)
+        return hook
+
+    def _on_grad(self, p):
+        if p.grad is None:
+            return
+        if id(p) in self._handles and self._handles[id(p)] is not None:
+            raise Error(f"gradcomp DistributedOptimizer: gradient of '{self._names[id(p)]}' computed twice before "
+                        "step(); use backward_passes_per_step or optimizer.synchronize()")
+        passes = self._passes.get(id(p), 0) + 1
+        self._passes[id(p)] = passes
+        if passes < self._backward_passes_per_step:
+            return
+        self._handles[id(p)] = self._allreduce_grad(p)
+
+    def _allreduce_grad(self, p):
+        self._passes[id(p)] = 0
+        grad = p.grad
+        if self._backward_passes_per_step > 1:
+            grad.div_(self._backward_passes_per_step)
+        if not grad.is_contiguous():
+            p.grad = grad = grad.contiguous()
+        return _Backend.get().allreduce(self._compressor, self._names[id(p)], grad.view(-1), self._step_count_gc,
+                                        self._op)
+
+    def synchronize(self):
+        """Waits for every gradient's allreduce (launching those whose hooks did not fire)."""
+        if _ctx.size > 1:
+            for group in self.param_groups:
+                for p in group["params"]:
+                    if p.requires_grad and p.grad is not None and self._handles.get(id(p)) is None:
+                        self._handles[id(p)] = self._allreduce_grad(p)
+            for h in self._handles.values():
+                if h is not None:
+                    h.wait()
+        self._handles.clear()
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Inside, step() does not synchronize (call synchronize() yourself first, e.g. for gradient clipping)."""
+        self._should_sync = False
+        try:
+            yield
+        finally:
+            self._should_sync = True
+
+    def step(self, closure=None):
+        if self._should_sync:
+            if self._synchronized and not self._handles:
+                pass  # synchronize() was called explicitly
+            else:
+                self.synchronize()
+        self._synchronized = False
+        self._step_count_gc += 1
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        if self._handles:
+            raise Error("gradcomp DistributedOptimizer: zero_grad() called between backward() and step(); call "
+                        "step() or synchronize() first")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+    def state_dict(self):
+        sd = super(self.__class__, self).state_dict()
+        sd["gradcomp"] = {"spec": self._compressor.spec, "step": self._step_count_gc,
+                          "compressor": self._compressor.state_dict()}
+        return sd
+
+    def load_state_dict(self, state_dict):
+        state_dict = dict(state_dict)
+        gc = state_dict.pop("gradcomp", None)
+        super(self.__class__, self).load_state_dict(state_dict)
+        if gc is not None:
+            self._compressor.load_state_dict(gc["compressor"])
+            self._step_count_gc = int(gc["step"])
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
+                         op=Average, gradient_predivide_factor=1.0, **_horovod_only):
+    """Wraps `optimizer` so that step() applies gradients averaged over all ranks, each compressed with
+    `compression` (``gradcomp.Compression.topk(0.01)``, ``Compression.fp16``, a spec string or a Python-registered
+    codec). The returned object is an instance of the original optimizer's class (as in horovod.torch) and its
+    state_dict() includes the compressor state (residuals), so checkpoint/resume reproduces the uninterrupted run.
+    """
+    if gradient_predivide_factor != 1.0:
+        raise InvalidArgument("DistributedOptimizer: gradient_predivide_factor is not supported")
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
+    wrapped = cls.__new__(cls)
+    wrapped.__dict__.update(optimizer.__dict__)
+    wrapped._gradcomp_setup(named_parameters, compression, backward_passes_per_step, op)
+    return wrapped

@@ -1,0 +1,337 @@
+#include "src/runtime/executor.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+
+#include "gradcomp/error.h"
+#include "gradcomp/registry.h"
+#include "src/runtime/policy.h"
+
+namespace gradcomp::runtime {
+namespace {
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Forwards everything to `inner`; keeps a copy of the payload of the compress() call that covers the whole target
+// view, so the runtime learns what this rank transmitted without compressing twice.
+class CapturingCompressor final : public Compressor {
+ public:
+  CapturingCompressor(Compressor& inner, const TensorView& target, std::vector<std::byte>& capture)
+      : inner_(inner), target_(target), capture_(capture) {}
+
+  std::string_view name() const override { return inner_.name(); }
+  std::string spec() const override { return inner_.spec(); }
+  CompressorTraits traits() const override { return inner_.traits(); }
+  std::size_t max_payload_bytes(std::size_t numel) const override { return inner_.max_payload_bytes(numel); }
+  std::size_t compress(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx) override {
+    const std::size_t size = inner_.compress(grad, out, ctx);
+    if (!captured_ && grad.data() == target_.data() && grad.numel() == target_.numel()) {
+      capture_.assign(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(size));
+      prescale_ = ctx.prescale;
+      captured_ = true;
+    }
+    return size;
+  }
+  void decompress(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode) override {
+    inner_.decompress(payload, out, mode);
+  }
+  std::vector<std::byte> save_state() const override { return inner_.save_state(); }
+  void load_state(std::span<const std::byte> state) override { inner_.load_state(state); }
+  void reset_state() override { inner_.reset_state(); }
+  void set_threads(int threads) override { inner_.set_threads(threads); }
+  CompressStats last_stats() const override { return inner_.last_stats(); }
+
+  bool captured() const { return captured_; }
+  float prescale() const { return prescale_; }
+
+ private:
+  Compressor& inner_;
+  TensorView target_;
+  std::vector<std::byte>& capture_;
+  bool captured_ = false;
+  float prescale_ = 1.0f;
+};
+
+bool ef_requested(std::string_view spec) {
+  const Params params = default_registry().validate(spec);
+  return params.has("ef") && params.get_bool("ef");
+}
+
+}  // namespace
+
+double AutoModel::predict_dense(std::size_t bytes, int world) const {
+  if (world <= 1 || link_bytes_per_s <= 0) return 0;
+  return 2.0 * (world - 1) / world * static_cast<double>(bytes) / link_bytes_per_s;
+}
+
+double AutoModel::predict(const Candidate& c, std::size_t bytes, int world) const {
+  const double b = static_cast<double>(bytes);
+  const double payload = b * c.payload_ratio;
+  double wire = 0, decode = b / c.decompress_bytes_per_s;
+  if (c.traits.summable) {
+    wire = 2.0 * (world - 1) / world * payload;
+  } else if (c.traits.gatherable) {
+    wire = (world - 1) * payload;
+    decode *= world;
+  } else {
+    wire = 2.0 * (world - 1) / world * payload;
+    decode *= 2;
+  }
+  const double link = world <= 1 || link_bytes_per_s <= 0 ? 0 : wire / link_bytes_per_s;
+  return b / c.compress_bytes_per_s + link + decode;
+}
+
+Executor::Executor(Communicator& comm, const RuntimeOptions& options, Timeline* timeline)
+    : comm_(comm), options_(options), timeline_(timeline) {}
+
+Codec& Executor::codec_for(const std::string& spec, DType dtype) {
+  const bool want_ef = spec != kAutoSpec && ef_requested(spec);
+  auto probe = default_registry().info(parse_spec(spec).name).traits;
+  const bool runtime_ef = want_ef && probe.lossy && dtype == DType::kF32;
+  const std::string key = fmt::format("{}|{}", spec, runtime_ef);
+  auto it = codecs_.find(key);
+  if (it != codecs_.end()) return it->second;
+  Codec codec;
+  codec.spec = spec;
+  codec.runtime_ef = runtime_ef;
+  codec.compressor = make_compressor(runtime_ef ? with_error_feedback(spec, false) : spec);
+  codec.traits = codec.compressor->traits();
+  return codecs_.emplace(key, std::move(codec)).first->second;
+}
+
+bool Executor::fusible(const Signature& signature) {
+  if (signature.spec == kAutoSpec || signature.dtype == DType::kF32) return true;
+  const Codec& codec = codec_for(signature.spec, signature.dtype);
+  return !(codec.traits.lossy && ef_requested(signature.spec));
+}
+
+void Executor::calibrate() {
+  const int world = comm_.size();
+  std::vector<std::string> specs;
+  for (const std::string& spec : options_.policy.auto_candidates) specs.push_back(canonical_spec(spec));
+  // Measured on rank 0, broadcast so that every rank predicts the same and picks the same codec.
+  std::vector<double> numbers(1 + 3 * specs.size(), 0.0);
+  constexpr std::size_t kProbe = 1 << 20;
+  std::vector<float> probe(kProbe), out(kProbe);
+  std::uint32_t state = 12345;
+  for (float& v : probe) {
+    state = state * 1664525u + 1013904223u;
+    v = static_cast<float>(static_cast<std::int32_t>(state >> 8) - (1 << 23)) * 1e-7f;
+  }
+  if (options_.link_bytes_per_s > 0) {
+    numbers[0] = options_.link_bytes_per_s;
+  } else if (world > 1) {
+    std::vector<float> dense(kProbe * 2, 1.0f);
+    double best = 1e30;
+    for (int i = 0; i < 2; ++i) {
+      const auto start = Clock::now();
+      comm_.allreduce(TensorView::of(std::span<float>(dense)), ReduceOp::kSum);
+      best = std::min(best, seconds_since(start));
+    }
+    numbers[0] = 2.0 * (world - 1) / world * static_cast<double>(dense.size() * sizeof(float)) / best;
+  }
+  if (comm_.rank() == 0) {
+    for (std::size_t c = 0; c < specs.size(); ++c) {
+      auto compressor = make_compressor(with_error_feedback(specs[c], false));
+      std::vector<std::byte> payload(compressor->max_payload_bytes(kProbe));
+      CompressContext ctx;
+      ctx.name = "gradcomp.auto.probe";
+      double compress_s = 1e30, decompress_s = 1e30;
+      std::size_t size = 0;
+      for (int i = 0; i < 2; ++i) {
+        auto start = Clock::now();
+        size = compressor->compress(TensorView::of(std::span<float>(probe)), payload, ctx);
+        compress_s = std::min(compress_s, seconds_since(start));
+        start = Clock::now();
+        compressor->decompress(std::span<const std::byte>(payload.data(), size), TensorView::of(std::span<float>(out)),
+                               DecodeMode::kOverwrite);
+        decompress_s = std::min(decompress_s, seconds_since(start));
+      }
+      const double bytes = kProbe * sizeof(float);
+      numbers[1 + 3 * c] = bytes / std::max(compress_s, 1e-9);
+      numbers[2 + 3 * c] = bytes / std::max(decompress_s, 1e-9);
+      numbers[3 + 3 * c] = static_cast<double>(size) / bytes;
+    }
+  }
+  if (world > 1) {
+    comm_.broadcast(std::as_writable_bytes(std::span<double>(numbers)), 0);
+  }
+  model_.link_bytes_per_s = numbers[0];
+  model_.candidates.clear();
+  for (std::size_t c = 0; c < specs.size(); ++c) {
+    AutoModel::Candidate candidate;
+    candidate.spec = specs[c];
+    candidate.compress_bytes_per_s = numbers[1 + 3 * c];
+    candidate.decompress_bytes_per_s = numbers[2 + 3 * c];
+    candidate.payload_ratio = numbers[3 + 3 * c];
+    candidate.traits = default_registry().info(parse_spec(specs[c]).name).traits;
+    model_.candidates.push_back(candidate);
+  }
+  model_.ready = true;
+}
+
+std::string Executor::choose_auto(std::size_t bytes, BufferRecord& record) {
+  if (!model_.ready) calibrate();
+  const int world = comm_.size();
+  record.auto_chosen = true;
+  record.dense_predicted_s = model_.predict_dense(bytes, world);
+  std::string best = canonical_spec("none");
+  double best_s = record.dense_predicted_s;
+  for (const auto& candidate : model_.candidates) {
+    const double predicted = model_.predict(candidate, bytes, world);
+    if (predicted < best_s) {
+      best_s = predicted;
+      best = candidate.spec;
+    }
+  }
+  record.predicted_s = best_s;
+  return best;
+}
+
+std::vector<float> Executor::residual(const std::string& name) const {
+  std::lock_guard lock(residual_mutex_);
+  auto it = residuals_.find(name);
+  return it == residuals_.end() ? std::vector<float>{} : it->second;
+}
+
+BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const ReadyTensor*>& members,
+                               const std::vector<TensorView>& tensors) {
+  BufferRecord record;
+  record.tensors = members.size();
+  record.input_bytes = group.bytes;
+  std::string spec = group.spec;
+  if (spec == kAutoSpec) spec = group.dtype == DType::kF32 ? choose_auto(group.bytes, record) : canonical_spec("none");
+  Codec& codec = codec_for(spec, group.dtype);
+  record.spec = codec.compressor->spec();
+  if (codec.runtime_ef) record.spec = with_error_feedback(record.spec, true);
+
+  const bool single = members.size() == 1;
+  const std::string buffer_name =
+      single ? members[0]->name
+             : fmt::format("fused[{}+{}]#{}", members[0]->name, members.size() - 1, group.numel);
+  const std::size_t elem = dtype_size(group.dtype);
+  const bool f32 = group.dtype == DType::kF32;
+  // Residuals are folded in for f32 tensors: kept (lossy ef=on) or dropped after folding (anything else).
+  const bool fold = f32;
+
+  // Copy in: v = g + r(name); r(name) := v when the runtime keeps error feedback.
+  auto copy_start = Clock::now();
+  TensorView buffer = single ? tensors[0]
+                             : TensorView(arena_.get(group.bytes), group.numel, group.dtype, tensors[0].device());
+  {
+    std::lock_guard lock(residual_mutex_);
+    for (std::size_t m = 0; m < members.size(); ++m) {
+      const TensorView& t = tensors[m];
+      std::byte* dst = static_cast<std::byte*>(buffer.data()) + group.offsets[m] * elem;
+      auto it = fold ? residuals_.find(members[m]->name) : residuals_.end();
+      if (it == residuals_.end() && codec.runtime_ef) {
+        it = residuals_.emplace(members[m]->name, std::vector<float>(t.numel(), 0.0f)).first;
+      }
+      if (it == residuals_.end()) {
+        if (!single) std::memcpy(dst, t.data(), t.bytes());
+        continue;
+      }
+      const float* g = static_cast<const float*>(t.data());
+      float* v = reinterpret_cast<float*>(dst);
+      float* r = it->second.data();
+      for (std::size_t i = 0; i < t.numel(); ++i) {
+        const float value = g[i] + r[i];
+        v[i] = value;
+        r[i] = value;
+      }
+      if (!codec.runtime_ef) residuals_.erase(it);  // transmitted exactly: nothing left over
+    }
+  }
+  auto copy_end = Clock::now();
+  record.copy_in_s = std::chrono::duration<double>(copy_end - copy_start).count();
+  if (timeline_ && !single) timeline_->event("copy_in", "fusion", 1, copy_start, copy_end);
+
+  // One compressed allreduce over the buffer.
+  std::vector<std::byte> capture;
+  CapturingCompressor capturing(*codec.compressor, buffer, capture);
+  AllreduceOptions options;
+  options.op = options_.op;
+  options.step = steps_[buffer_name]++;
+  const auto call_start = Clock::now();
+  AllreduceStats stats = compressed_allreduce(comm_, capturing, buffer, buffer_name, options);
+  const auto call_end = Clock::now();
+  record.algorithm = std::string(algorithm_name(stats.algorithm));
+  record.wire_bytes = stats.wire_bytes;
+  record.compress_s = stats.compress_s;
+  record.communicate_s = stats.communicate_s;
+  record.decompress_s = stats.decompress_s;
+  if (timeline_) {
+    // The collective reports per-phase durations; they are laid end to end inside the call.
+    auto at = call_start;
+    auto span = [&](const char* phase, double seconds) {
+      auto end = at + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+      timeline_->event(phase, "allreduce", 1, at, std::min(end, call_end),
+                       fmt::format("{{\"buffer\":{},\"spec\":{},\"algorithm\":{},\"tensors\":{},\"bytes\":{},"
+                                   "\"wire_bytes\":{}}}",
+                                   json_string(buffer_name), json_string(record.spec), json_string(record.algorithm),
+                                   record.tensors, record.input_bytes, record.wire_bytes));
+      at = std::min(end, call_end);
+    };
+    span("compress", stats.compress_s);
+    span("communicate", stats.communicate_s);
+    span("decompress", stats.decompress_s);
+  }
+
+  // Error feedback: r(name) = v - transmitted.
+  if (codec.runtime_ef) {
+    auto ef_start = Clock::now();
+    scratch_.resize(group.numel);
+    TensorView sent = TensorView::of(std::span<float>(scratch_));
+    float unscale = 1.0f;
+    if (capturing.captured()) {
+      codec.compressor->decompress(capture, sent, DecodeMode::kOverwrite);
+      unscale = capturing.prescale() == 0.0f ? 1.0f : 1.0f / capturing.prescale();
+    } else {
+      // The algorithm compressed chunks only: recompute this rank's payload of v (same name and step, same bits).
+      std::lock_guard lock(residual_mutex_);
+      for (std::size_t m = 0; m < members.size(); ++m) {
+        const auto& r = residuals_.at(members[m]->name);
+        std::copy(r.begin(), r.end(), scratch_.begin() + static_cast<std::ptrdiff_t>(group.offsets[m]));
+      }
+      payload_scratch_.resize(codec.compressor->max_payload_bytes(group.numel));
+      CompressContext ctx;
+      ctx.name = buffer_name;
+      ctx.step = options.step;
+      ctx.rank = comm_.rank();
+      ctx.world_size = comm_.size();
+      const std::size_t size = codec.compressor->compress(sent, payload_scratch_, ctx);
+      codec.compressor->decompress(std::span<const std::byte>(payload_scratch_.data(), size), sent,
+                                   DecodeMode::kOverwrite);
+    }
+    std::lock_guard lock(residual_mutex_);
+    for (std::size_t m = 0; m < members.size(); ++m) {
+      auto& r = residuals_.at(members[m]->name);
+      const float* t = scratch_.data() + group.offsets[m];
+      for (std::size_t i = 0; i < r.size(); ++i) r[i] -= t[i] * unscale;
+    }
+    const double ef_s = seconds_since(ef_start);
+    record.compress_s += ef_s;
+    if (timeline_) timeline_->event("error_feedback", "fusion", 1, ef_start, Clock::now());
+  }
+
+  // Scatter back.
+  if (!single) {
+    auto out_start = Clock::now();
+    for (std::size_t m = 0; m < members.size(); ++m) {
+      std::memcpy(tensors[m].data(), static_cast<const std::byte*>(buffer.data()) + group.offsets[m] * elem,
+                  tensors[m].bytes());
+    }
+    auto out_end = Clock::now();
+    record.copy_out_s = std::chrono::duration<double>(out_end - out_start).count();
+    if (timeline_) timeline_->event("copy_out", "fusion", 1, out_start, out_end);
+  }
+  return record;
+}
+
+}  // namespace gradcomp::runtime

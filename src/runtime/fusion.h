@@ -1,0 +1,76 @@
+// Fusion planning and the reusable fusion buffer.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "src/runtime/negotiator.h"
+
+namespace gradcomp::runtime {
+
+// One fused message: indices into the ready list, in order, with their element offsets in the buffer.
+struct FusionGroup {
+  std::vector<std::size_t> members;
+  std::vector<std::size_t> offsets;  // element offset of each member
+  std::size_t numel = 0;
+  std::size_t bytes = 0;
+  DType dtype = DType::kF32;
+  std::string spec;
+};
+
+// Packs `ready` (in order) into groups of equal dtype, device and spec whose bytes stay within `threshold`
+// (a tensor at least as large as the threshold travels alone; threshold 0 = every tensor alone). Tensors for which
+// `fusible(i)` is false also travel alone. Groups are ordered by their first member: every rank computes the same.
+template <typename Fusible>
+std::vector<FusionGroup> plan_fusion(const std::vector<ReadyTensor>& ready, std::size_t threshold, Fusible fusible) {
+  std::vector<FusionGroup> groups;
+  std::vector<std::size_t> open;  // indices of groups still accepting members
+  for (std::size_t i = 0; i < ready.size(); ++i) {
+    const Signature& sig = ready[i].signature;
+    const std::size_t bytes = sig.numel * dtype_size(sig.dtype);
+    FusionGroup* target = nullptr;
+    if (threshold > 0 && bytes < threshold && fusible(i)) {
+      for (std::size_t g : open) {
+        FusionGroup& group = groups[g];
+        const Signature& head = ready[group.members.front()].signature;
+        if (head.dtype == sig.dtype && head.device == sig.device && head.spec == sig.spec) {
+          if (group.bytes + bytes <= threshold) target = &group;
+          break;
+        }
+      }
+    }
+    if (target == nullptr) {
+      // Close any open group of the same kind (it is full for this tensor), then start a new one.
+      std::erase_if(open, [&](std::size_t g) {
+        const Signature& head = ready[groups[g].members.front()].signature;
+        return head.dtype == sig.dtype && head.device == sig.device && head.spec == sig.spec;
+      });
+      groups.push_back(FusionGroup{{}, {}, 0, 0, sig.dtype, sig.spec});
+      if (threshold > 0 && bytes < threshold && fusible(i)) open.push_back(groups.size() - 1);
+      target = &groups.back();
+    }
+    target->members.push_back(i);
+    target->offsets.push_back(target->numel);
+    target->numel += sig.numel;
+    target->bytes += bytes;
+  }
+  return groups;
+}
+
+// Grow-only byte arena: fusion buffers are carved from it, so steady state allocates nothing.
+class FusionArena {
+ public:
+  // At least `bytes` bytes, 64-byte aligned; valid until the next call.
+  std::byte* get(std::size_t bytes);
+  std::size_t capacity() const { return capacity_; }
+  // Times the storage was (re)allocated.
+  std::size_t allocations() const { return allocations_; }
+
+ private:
+  std::vector<std::byte> storage_;
+  std::size_t capacity_ = 0;
+  std::size_t allocations_ = 0;
+};
+
+}  // namespace gradcomp::runtime

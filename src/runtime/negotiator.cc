@@ -1,0 +1,245 @@
+#include "src/runtime/negotiator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "compressors/state_io.h"
+#include "gradcomp/error.h"
+
+namespace gradcomp::runtime {
+namespace {
+
+constexpr std::uint32_t kFlagAnnounce = 1u;
+constexpr std::uint32_t kFlagShutdown = 2u;
+constexpr std::size_t kHeaderBytes = 24;  // u32 flags, u32 reserved, u64 expire_before, u64 slot count
+
+void put_signature(ByteWriter& writer, const Signature& signature) {
+  writer.put<std::uint64_t>(signature.numel);
+  writer.put<std::uint8_t>(static_cast<std::uint8_t>(signature.dtype));
+  writer.put<std::uint8_t>(static_cast<std::uint8_t>(signature.device.type));
+  writer.put<std::int32_t>(signature.device.index);
+  writer.put_string(signature.spec);
+}
+
+Signature get_signature(ByteReader& reader) {
+  Signature signature;
+  signature.numel = reader.get<std::uint64_t>();
+  signature.dtype = static_cast<DType>(reader.get<std::uint8_t>());
+  signature.device.type = static_cast<DeviceType>(reader.get<std::uint8_t>());
+  signature.device.index = reader.get<std::int32_t>();
+  signature.spec = reader.get_string();
+  return signature;
+}
+
+}  // namespace
+
+std::string Signature::describe() const {
+  return fmt::format("{}[{}] on {}, spec {}", dtype_name(dtype), numel, device_name(device), spec);
+}
+
+Negotiator::Negotiator(int rank, int size, std::size_t cache_capacity)
+    : rank_(rank), size_(size), capacity_(cache_capacity) {}
+
+void Negotiator::add_pending(const std::string& name, const Signature& signature) {
+  pending_[name] = Pending{signature, false};
+}
+
+void Negotiator::remove_pending(const std::string& name) { pending_.erase(name); }
+
+std::size_t Negotiator::message_bytes() const { return kHeaderBytes + (slots_.size() + 7) / 8; }
+
+std::vector<std::byte> Negotiator::make_message(bool shutdown, std::uint64_t expire_before) const {
+  std::vector<std::byte> message(message_bytes(), std::byte{0});
+  std::uint32_t flags = shutdown ? kFlagShutdown : 0u;
+  for (const auto& [name, entry] : pending_) {
+    auto it = index_.find(name);
+    if (it != index_.end() && slots_[it->second].signature == entry.signature) {
+      message[kHeaderBytes + it->second / 8] |= std::byte(1u << (it->second % 8));
+    } else if (!entry.announced) {
+      flags |= kFlagAnnounce;
+    }
+  }
+  const std::uint64_t slot_count = slots_.size();
+  std::memcpy(message.data(), &flags, 4);
+  std::memcpy(message.data() + 8, &expire_before, 8);
+  std::memcpy(message.data() + 16, &slot_count, 8);
+  return message;
+}
+
+CycleSummary Negotiator::summarize(std::span<const std::byte> messages) const {
+  const std::size_t bytes = message_bytes();
+  GRADCOMP_CHECK_AS(CommError, messages.size() == bytes * static_cast<std::size_t>(size_),
+                    "negotiation on rank {}: got {} bytes of messages, expected {} x {}", rank_, messages.size(),
+                    size_, bytes);
+  CycleSummary summary;
+  summary.all_shutdown = true;
+  summary.bits.resize(size_);
+  for (int r = 0; r < size_; ++r) {
+    const std::byte* message = messages.data() + bytes * r;
+    std::uint32_t flags = 0;
+    std::uint64_t expire = 0, slot_count = 0;
+    std::memcpy(&flags, message, 4);
+    std::memcpy(&expire, message + 8, 8);
+    std::memcpy(&slot_count, message + 16, 8);
+    GRADCOMP_CHECK_AS(CommError, slot_count == slots_.size(),
+                      "negotiation out of sync: rank {} has {} cached names, rank {} has {}", r, slot_count, rank_,
+                      slots_.size());
+    summary.any_announcements = summary.any_announcements || (flags & kFlagAnnounce) != 0;
+    summary.all_shutdown = summary.all_shutdown && (flags & kFlagShutdown) != 0;
+    if (r == 0) summary.expire_before = expire;
+    auto& bits = summary.bits[r];
+    bits.resize(slots_.size());
+    for (std::size_t s = 0; s < slots_.size(); ++s) {
+      bits[s] = (std::to_integer<unsigned>(message[kHeaderBytes + s / 8]) >> (s % 8)) & 1u;
+    }
+  }
+  return summary;
+}
+
+std::vector<std::byte> Negotiator::take_announcements() {
+  ByteWriter writer;
+  std::vector<std::pair<const std::string*, Pending*>> todo;
+  for (auto& [name, entry] : pending_) {
+    auto it = index_.find(name);
+    const bool cached = it != index_.end() && slots_[it->second].signature == entry.signature;
+    if (!cached && !entry.announced) todo.emplace_back(&name, &entry);
+  }
+  writer.put<std::uint64_t>(todo.size());
+  for (auto& [name, entry] : todo) {
+    writer.put_string(*name);
+    put_signature(writer, entry->signature);
+    entry->announced = true;
+  }
+  return writer.take();
+}
+
+void Negotiator::evict(const std::string& name) {
+  auto it = index_.find(name);
+  if (it == index_.end()) return;
+  slots_[it->second].valid = false;
+  slots_[it->second].name.clear();
+  slots_[it->second].partial_since = UINT64_MAX;
+  index_.erase(it);
+  // A local entry that relied on the slot must now announce itself.
+  auto p = pending_.find(name);
+  if (p != pending_.end()) p->second.announced = false;
+}
+
+void Negotiator::insert(const std::string& name, const Signature& signature) {
+  if (index_.count(name) != 0) return;
+  std::size_t slot = slots_.size();
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    if (!slots_[s].valid) {
+      slot = s;
+      break;
+    }
+  }
+  if (slot == slots_.size()) {
+    if (slots_.size() >= capacity_) return;  // full: the name keeps being announced
+    slots_.emplace_back();
+  }
+  slots_[slot] = Slot{name, signature, true, UINT64_MAX};
+  index_[name] = slot;
+}
+
+CycleDecision Negotiator::decide(const CycleSummary& summary,
+                                 const std::vector<std::vector<std::byte>>& announcements) {
+  CycleDecision decision;
+  decision.shutdown = summary.all_shutdown;
+  const std::uint64_t cycle = cycle_++;
+
+  // 1. Announcements: record them; a cached name announced with another signature loses its slot everywhere.
+  std::vector<bool> evicted(slots_.size(), false);
+  if (summary.any_announcements) {
+    GRADCOMP_CHECK_AS(CommError, announcements.size() == static_cast<std::size_t>(size_),
+                      "negotiation on rank {}: {} announcement blobs for {} ranks", rank_, announcements.size(),
+                      size_);
+    for (int r = 0; r < size_; ++r) {
+      ByteReader reader(announcements[r], fmt::format("announcements of rank {}", r));
+      const auto count = reader.get<std::uint64_t>();
+      for (std::uint64_t i = 0; i < count; ++i) {
+        std::string name = reader.get_string();
+        Signature signature = get_signature(reader);
+        auto it = index_.find(name);
+        if (it != index_.end()) {
+          evicted[it->second] = true;
+          evict(name);
+        }
+        Announced& entry = table_[name];
+        if (entry.by_rank.empty()) {
+          entry.by_rank.resize(size_);
+          entry.first_cycle = cycle;
+        }
+        entry.by_rank[r] = std::move(signature);
+      }
+    }
+  }
+
+  // 2. Cached slots that every rank marked, in slot order.
+  for (std::size_t s = 0; s < slots_.size(); ++s) {
+    if (!slots_[s].valid || evicted[s]) continue;
+    int count = 0;
+    for (int r = 0; r < size_; ++r) count += summary.bits[r][s];
+    if (count == size_) {
+      decision.ready.push_back({slots_[s].name, slots_[s].signature});
+      slots_[s].partial_since = UINT64_MAX;
+    } else if (count == 0) {
+      slots_[s].partial_since = UINT64_MAX;
+    } else if (slots_[s].partial_since == UINT64_MAX) {
+      slots_[s].partial_since = cycle;
+    } else if (slots_[s].partial_since < summary.expire_before) {
+      std::vector<int> missing;
+      for (int r = 0; r < size_; ++r) {
+        if (!summary.bits[r][s]) missing.push_back(r);
+      }
+      decision.failed.push_back({slots_[s].name, true,
+                                 fmt::format("tensor '{}' was not submitted by rank(s) {} within the timeout",
+                                             slots_[s].name, fmt::join(missing, ","))});
+      slots_[s].partial_since = UINT64_MAX;
+    }
+  }
+
+  // 3. Announced names: complete when every rank announced; expired when rank 0's deadline passed.
+  std::vector<std::pair<std::uint64_t, std::string>> complete;
+  for (auto& [name, entry] : table_) {
+    const bool all = std::all_of(entry.by_rank.begin(), entry.by_rank.end(), [](auto& s) { return s.has_value(); });
+    if (all) {
+      complete.emplace_back(entry.first_cycle, name);
+    } else if (entry.first_cycle < summary.expire_before) {
+      std::vector<int> missing;
+      for (int r = 0; r < size_; ++r) {
+        if (!entry.by_rank[r]) missing.push_back(r);
+      }
+      decision.failed.push_back(
+          {name, true, fmt::format("tensor '{}' was not submitted by rank(s) {} within the timeout", name,
+                                   fmt::join(missing, ","))});
+    }
+  }
+  std::sort(complete.begin(), complete.end());
+  for (auto& [first, name] : complete) {
+    const Announced& entry = table_[name];
+    int other = -1;
+    for (int r = 1; r < size_; ++r) {
+      if (!(*entry.by_rank[r] == *entry.by_rank[0])) {
+        other = r;
+        break;
+      }
+    }
+    if (other < 0) {
+      decision.ready.push_back({name, *entry.by_rank[0]});
+      insert(name, *entry.by_rank[0]);
+    } else {
+      decision.failed.push_back(
+          {name, false,
+           fmt::format("tensor '{}' was submitted differently across ranks: rank 0 has {}, rank {} has {}", name,
+                       entry.by_rank[0]->describe(), other, entry.by_rank[other]->describe())});
+    }
+  }
+  for (auto& failed : decision.failed) table_.erase(failed.name);
+  for (auto& ready : decision.ready) table_.erase(ready.name);
+  return decision;
+}
+
+}  // namespace gradcomp::runtime

@@ -1,0 +1,117 @@
+// Negotiation state of one rank, without any communication: the runtime exchanges the bytes this class produces
+// (one fixed-size message per rank per cycle via allgather, plus announcement blobs via allgatherv when some rank has
+// new names) and feeds everyone's bytes back in. Every rank then computes the same decisions in the same order.
+//
+// Protocol (Horovod's response cache, made symmetric):
+// - A name that every rank has executed before with the same signature owns a slot of the response cache (slots
+//   are assigned identically everywhere, in execution order). In steady state a rank only sets the slot's bit; the
+//   allgathered bit vectors are ANDed and full slots run, in slot order. One small collective per cycle.
+// - A name that is not cached (new, or submitted with another signature) is announced once with its signature.
+//   When every rank has announced it, it runs (equal signatures; it then gets a slot) or fails on every rank with
+//   InvalidArgument naming both sides (different signatures).
+// - Rank 0's clock bounds waiting: its message carries the oldest cycle still allowed; names that some ranks
+//   submitted before it but not all ranks fail with Timeout on the ranks that have them.
+// - Shutdown: each message carries the rank's shutdown request; when all ranks request it the runtime stops.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradcomp/tensor.h"
+
+namespace gradcomp::runtime {
+
+// What every rank must agree on for one tensor name.
+struct Signature {
+  std::uint64_t numel = 0;
+  DType dtype = DType::kF32;
+  Device device{};
+  std::string spec;  // canonical spec or "auto"
+
+  friend bool operator==(const Signature&, const Signature&) = default;
+  // "f32[2560] on cpu, spec none".
+  std::string describe() const;
+};
+
+struct ReadyTensor {
+  std::string name;
+  Signature signature;
+};
+
+struct FailedTensor {
+  std::string name;
+  bool timeout = false;  // Timeout (not submitted by every rank in time) vs InvalidArgument (mismatch)
+  std::string message;
+};
+
+struct CycleDecision {
+  std::vector<ReadyTensor> ready;    // execute in this order on every rank
+  std::vector<FailedTensor> failed;  // complete these (where pending locally) with an error
+  bool shutdown = false;             // every rank asked to stop
+};
+
+// Flags gathered from every rank's message.
+struct CycleSummary {
+  bool any_announcements = false;
+  bool all_shutdown = false;
+  std::uint64_t expire_before = 0;
+  std::vector<std::vector<std::uint8_t>> bits;  // per rank, one byte per cache slot (unpacked)
+};
+
+class Negotiator {
+ public:
+  Negotiator(int rank, int size, std::size_t cache_capacity);
+
+  // Local bookkeeping: a tensor was enqueued / completed on this rank.
+  void add_pending(const std::string& name, const Signature& signature);
+  void remove_pending(const std::string& name);
+  bool is_pending(const std::string& name) const { return pending_.count(name) != 0; }
+
+  // Bytes of this cycle's fixed-size message (equal size on every rank). `expire_before` is only read from rank 0.
+  std::vector<std::byte> make_message(bool shutdown, std::uint64_t expire_before) const;
+  // Parses the allgathered messages (size() blocks of message_bytes()).
+  CycleSummary summarize(std::span<const std::byte> messages) const;
+  std::size_t message_bytes() const;
+  // Announcements of this rank's uncached, not yet announced names (marks them announced).
+  std::vector<std::byte> take_announcements();
+  // The cycle's decisions from the summary and, when any_announcements, every rank's announcement blob.
+  CycleDecision decide(const CycleSummary& summary, const std::vector<std::vector<std::byte>>& announcements);
+
+  // Cycles decided so far (the same on every rank).
+  std::uint64_t cycle() const { return cycle_; }
+  std::size_t cached() const { return index_.size(); }
+
+ private:
+  struct Pending {
+    Signature signature;
+    bool announced = false;
+  };
+  struct Slot {
+    std::string name;
+    Signature signature;
+    bool valid = false;
+    std::uint64_t partial_since = UINT64_MAX;  // first cycle with some but not all bits set
+  };
+  struct Announced {
+    std::uint64_t first_cycle = 0;
+    std::vector<std::optional<Signature>> by_rank;
+  };
+
+  void evict(const std::string& name);
+  void insert(const std::string& name, const Signature& signature);
+
+  int rank_, size_;
+  std::size_t capacity_;
+  std::uint64_t cycle_ = 0;
+  std::map<std::string, Pending> pending_;
+  std::vector<Slot> slots_;
+  std::map<std::string, std::size_t> index_;
+  std::map<std::string, Announced> table_;
+};
+
+}  // namespace gradcomp::runtime

@@ -1,0 +1,43 @@
+// Chrome-trace (Perfetto / chrome://tracing) writer: complete events ("ph":"X") streamed to a file that is valid
+// JSON once close() ran. Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace gradcomp::runtime {
+
+using Clock = std::chrono::steady_clock;
+
+class Timeline {
+ public:
+
+  Timeline() = default;
+  ~Timeline() { close(); }
+  Timeline(const Timeline&) = delete;
+  Timeline& operator=(const Timeline&) = delete;
+
+  // Opens `path` for writing (throws InvalidArgument if it cannot). `pid` labels the process row (the rank).
+  void open(const std::string& path, int pid);
+  bool active() const { return file_ != nullptr; }
+  // One event [begin, end) named `name` in category `category` on row `tid`; `args_json` is "" or a JSON object.
+  void event(std::string_view name, std::string_view category, int tid, Clock::time_point begin,
+             Clock::time_point end, std::string_view args_json = {});
+  // Writes the closing brackets; further events are dropped.
+  void close();
+
+ private:
+  std::mutex mutex_;
+  std::FILE* file_ = nullptr;
+  int pid_ = 0;
+  bool first_ = true;
+  Clock::time_point origin_{};
+};
+
+// `text` as a JSON string literal (with quotes).
+std::string json_string(std::string_view text);
+
+}  // namespace gradcomp::runtime
