@@ -12,6 +12,10 @@
 #include "kernels/cpu_parallel.h"
 #include "kernels/onebit_ops.cuh"
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 namespace gradcomp {
 namespace {
 
@@ -34,7 +38,21 @@ float mean_abs(const kernels::BucketStats& s, const float* g, const float* r, st
 // Sign bits of v = g + r over [0, n) into bytes (n a multiple of 8 except at the tensor's end), residual update.
 void encode_signs(const float* g, float* r, std::size_t n, float scale, std::uint8_t* bits) {
   const std::size_t groups = n / 8;
-  for (std::size_t k = 0; k < groups; ++k) {
+  std::size_t k = 0;
+#if defined(__AVX2__)
+  const __m256 v_scale = _mm256_set1_ps(scale);
+  const __m256 sign_mask = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int>(0x80000000u)));
+  for (; k < groups; ++k) {
+    __m256 v = _mm256_loadu_ps(g + 8 * k);
+    if (r) v = _mm256_add_ps(v, _mm256_loadu_ps(r + 8 * k));
+    bits[k] = static_cast<std::uint8_t>(_mm256_movemask_ps(v));  // the sign bits = onebit_encode
+    if (r) {
+      const __m256 decoded = _mm256_xor_ps(v_scale, _mm256_and_ps(v, sign_mask));  // = onebit_decode
+      _mm256_storeu_ps(r + 8 * k, _mm256_sub_ps(v, decoded));
+    }
+  }
+#endif
+  for (; k < groups; ++k) {
     std::uint32_t byte = 0;
     for (std::size_t j = 0; j < 8; ++j) {
       const std::size_t i = 8 * k + j;
@@ -59,7 +77,18 @@ void encode_signs(const float* g, float* r, std::size_t n, float scale, std::uin
 }
 
 void decode_signs(const std::uint8_t* bits, std::size_t n, float scale, float* out, bool accumulate) {
-  for (std::size_t i = 0; i < n; ++i) {
+  std::size_t i = 0;
+#if defined(__AVX2__)
+  const __m256 v_scale = _mm256_set1_ps(scale);
+  const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits[i / 8]), lane_bit), lane_bit);
+    __m256 value = _mm256_xor_ps(v_scale, _mm256_castsi256_ps(_mm256_slli_epi32(set, 31)));  // = onebit_decode
+    if (accumulate) value = _mm256_add_ps(_mm256_loadu_ps(out + i), value);
+    _mm256_storeu_ps(out + i, value);
+  }
+#endif
+  for (; i < n; ++i) {
     const float value = kernels::onebit_decode((bits[i / 8] >> (i % 8)) & 1u, scale);
     out[i] = accumulate ? out[i] + value : value;
   }

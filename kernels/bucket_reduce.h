@@ -7,6 +7,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 namespace gradcomp::kernels {
 
 inline constexpr std::size_t kReduceLanes = 8;
@@ -31,10 +35,33 @@ template <unsigned kMask>
 inline BucketStats bucket_stats(const float* g, const float* r, std::size_t n) {
   float mx[kReduceLanes] = {}, s[kReduceLanes] = {}, sa[kReduceLanes] = {}, sq[kReduceLanes] = {};
   std::uint32_t bad[kReduceLanes] = {};
-  const std::size_t full = n / kReduceLanes * kReduceLanes;
+  std::size_t full = 0;
+#if defined(__AVX2__)
+  {  // lane k of each vector is element i = k mod 8: the same order as the scalar loop below
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    const __m256 big = _mm256_set1_ps(3.40282347e38f);
+    __m256 vmx = _mm256_setzero_ps(), vs = vmx, vsa = vmx, vsq = vmx, vbad = vmx;
+    for (; full + kReduceLanes <= n; full += kReduceLanes) {
+      __m256 v = _mm256_loadu_ps(g + full);
+      if (r) v = _mm256_add_ps(v, _mm256_loadu_ps(r + full));
+      const __m256 a = _mm256_and_ps(v, abs_mask);
+      const __m256 finite = _mm256_cmp_ps(a, big, _CMP_LE_OQ);
+      vbad = _mm256_or_ps(vbad, _mm256_andnot_ps(finite, _mm256_castsi256_ps(_mm256_set1_epi32(-1))));
+      if constexpr (kMask & kStatMax) vmx = _mm256_max_ps(vmx, _mm256_and_ps(a, finite));
+      if constexpr (kMask & kStatSum) vs = _mm256_add_ps(vs, v);
+      if constexpr (kMask & kStatAbs) vsa = _mm256_add_ps(vsa, a);
+      if constexpr (kMask & kStatSq) vsq = _mm256_add_ps(vsq, _mm256_mul_ps(v, v));
+    }
+    _mm256_storeu_ps(mx, vmx);
+    _mm256_storeu_ps(s, vs);
+    _mm256_storeu_ps(sa, vsa);
+    _mm256_storeu_ps(sq, vsq);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(bad), _mm256_castps_si256(vbad));
+  }
+#endif
   auto visit = [&](std::size_t lane, float v) {
     const float a = std::fabs(v);
-    bad[lane] |= !(a <= 3.40282347e38f);
+    bad[lane] |= a <= 3.40282347e38f ? 0u : 1u;
     const float finite_a = a <= 3.40282347e38f ? a : 0.0f;
     if constexpr (kMask & kStatMax) mx[lane] = mx[lane] > finite_a ? mx[lane] : finite_a;
     if constexpr (kMask & kStatSum) s[lane] += v;
@@ -42,13 +69,13 @@ inline BucketStats bucket_stats(const float* g, const float* r, std::size_t n) {
     if constexpr (kMask & kStatSq) sq[lane] += v * v;
   };
   if (r) {
-    for (std::size_t i = 0; i < full; i += kReduceLanes) {
-      for (std::size_t k = 0; k < kReduceLanes; ++k) visit(k, g[i + k] + r[i + k]);
+    for (; full + kReduceLanes <= n; full += kReduceLanes) {
+      for (std::size_t k = 0; k < kReduceLanes; ++k) visit(k, g[full + k] + r[full + k]);
     }
     for (std::size_t i = full; i < n; ++i) visit(i - full, g[i] + r[i]);
   } else {
-    for (std::size_t i = 0; i < full; i += kReduceLanes) {
-      for (std::size_t k = 0; k < kReduceLanes; ++k) visit(k, g[i + k]);
+    for (; full + kReduceLanes <= n; full += kReduceLanes) {
+      for (std::size_t k = 0; k < kReduceLanes; ++k) visit(k, g[full + k]);
     }
     for (std::size_t i = full; i < n; ++i) visit(i - full, g[i]);
   }
@@ -57,7 +84,7 @@ inline BucketStats bucket_stats(const float* g, const float* r, std::size_t n) {
   std::uint32_t any_bad = 0;
   for (std::size_t k = 0; k < kReduceLanes; ++k) {
     m = m > mx[k] ? m : mx[k];
-    any_bad |= bad[k];
+    any_bad |= bad[k];  // AVX2 lanes hold all-ones, scalar ones hold 1
   }
   stats.max_abs = m;
   stats.nonfinite = any_bad != 0;

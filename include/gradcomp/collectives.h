@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -15,27 +17,58 @@ enum class AllreduceAlgorithm { kAuto, kDense, kAllgather, kSparseAllreduce, kSc
 
 // "auto", "dense", "allgather", "sparse", "sra".
 std::string_view algorithm_name(AllreduceAlgorithm algorithm);
+// Inverse of algorithm_name; throws InvalidArgument listing the valid names.
+AllreduceAlgorithm parse_algorithm(std::string_view name);
+
+// The two levels of a hierarchical allreduce, built once by make_node_groups() and reused across calls.
+struct NodeGroups {
+  std::unique_ptr<Communicator> node;     // the ranks of this rank's node (never null)
+  std::unique_ptr<Communicator> leaders;  // rank 0 of every node; null on the other ranks
+  int node_count = 1;
+};
+
+// Collective over `world`: groups its ranks by world.node_color() (GRADCOMP_LOCAL_SIZE=k emulates nodes of k ranks).
+NodeGroups make_node_groups(Communicator& world);
 
 struct AllreduceOptions {
-  ReduceOp op = ReduceOp::kAverage;
+  ReduceOp op = ReduceOp::kAverage;  // kSum or kAverage
   // kAuto picks from the traits: summable -> dense, gatherable -> sparse allreduce (switching to dense past the
-  // break-even density), requantizable -> scatter-reduce-allgather.
+  // break-even density), requantizable -> scatter-reduce-allgather, anything else -> allgather. kDense needs a
+  // summable codec; the other algorithms work with any codec.
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
   std::uint64_t step = 0;
+  // Agree on (name, numel, dtype, spec, algorithm, op) before moving data (one small allgather). Turn off only when
+  // the caller has negotiated these already (the runtime does).
+  bool verify = true;
+  // Hierarchical: dense f32 sum inside each node, compressed allreduce between node leaders (the compressor sees node
+  // sums and only leaders compress), broadcast inside the node. Uses `nodes` when given, else builds the groups for
+  // this call (a collective split: pass `nodes` when calling repeatedly).
+  bool hierarchical = false;
+  NodeGroups* nodes = nullptr;
+  // Sparse allreduce switches to a dense f32 allreduce when sum over ranks of nonzeros > switch_density * numel.
+  // 1.0 is the break-even of 8-byte (index, value) pairs against a dense f32 ring allreduce.
+  double sparse_switch_density = 1.0;
 };
 
 // What one compressed allreduce did.
 struct AllreduceStats {
-  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
-  std::size_t input_bytes = 0;   // uncompressed bytes of the tensor
-  std::size_t wire_bytes = 0;    // bytes this rank sent
-  bool switched_to_dense = false;
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;  // the algorithm that ran (never kAuto)
+  std::size_t input_bytes = 0;    // uncompressed bytes of the tensor
+  std::size_t payload_bytes = 0;  // this rank's compressed payload (sum over chunks for SRA)
+  // Bytes this rank sends under bandwidth-optimal (ring) schedules, see docs/comm.md: dense 2(n-1)/n * body,
+  // allgatherv (n-1)/n * sum of payloads, alltoallv the bytes sent to other ranks.
+  std::size_t wire_bytes = 0;
+  bool switched_to_dense = false;  // sparse allreduce went dense
+  std::size_t union_nnz = 0;       // sparse allreduce: nonzeros of the aggregated result (0 when it went dense)
+  bool hierarchical = false;
   double compress_s = 0, communicate_s = 0, decompress_s = 0;
 };
 
 // In place: `tensor` on every rank becomes the average (or sum) over ranks of what each rank's compressor
 // transmitted for `name`. Every rank must call it with the same name, numel, dtype and compressor spec; a mismatch
-// throws InvalidArgument on every rank.
+// throws InvalidArgument on every rank naming both sides. All ranks end with bit-identical tensors. CUDA tensors are
+// staged through host memory (the CPU codec path). Scatter-reduce-allgather keeps compressor state under
+// "<name>#chunk<i>" and "<name>#sra<i>".
 AllreduceStats compressed_allreduce(Communicator& comm, Compressor& compressor, const TensorView& tensor,
                                     std::string_view name, const AllreduceOptions& options = {});
 

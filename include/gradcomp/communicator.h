@@ -7,13 +7,19 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gradcomp/tensor.h"
 
 namespace gradcomp {
 
-enum class ReduceOp { kSum, kAverage };
+// kSum: f32, f16, bf16, i32, u8. kAverage: f32, f16, bf16 (sum, then divided by size()). kMax, kMin: f32, i32, u8
+// (for negotiation: agreeing on flags and sizes).
+enum class ReduceOp { kSum, kAverage, kMax, kMin };
+
+// "sum", "average", "max", "min".
+std::string_view reduce_op_name(ReduceOp op);
 
 // A group of ranks. Collective calls must be made by every rank in the same order. Not thread-safe: one thread
 // issues the calls of one communicator (the Runtime's background thread, or the test's rank thread).
@@ -45,26 +51,44 @@ class Communicator {
   virtual void broadcast(std::span<std::byte> buffer, int root) = 0;
   virtual void barrier() = 0;
 
-  // Splits into sub-communicators of ranks with equal `color`, ordered by `key` (MPI_Comm_split semantics).
+  // Splits into sub-communicators of ranks with equal `color`, ordered by `key` (MPI_Comm_split semantics). Collective
+  // over all ranks; a rank passing a negative color takes part but gets nullptr. The child inherits timeout().
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // Which "node" this rank lives on, for hierarchical collectives: equal values = same node. Collective on its first
+  // call (the MPI backend may split by shared memory). GRADCOMP_LOCAL_SIZE=k overrides every backend: node =
+  // rank / k. Without it: MPI uses MPI_COMM_TYPE_SHARED, the other backends put every rank on node 0.
+  virtual int node_color();
 };
+
+// Default deadline of every blocking call: GRADCOMP_TIMEOUT_S (seconds, may be fractional) or 60 s.
+std::chrono::milliseconds default_comm_timeout();
 
 // Options for the MPI backend.
 struct MpiOptions {
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout = default_comm_timeout();
 };
 
-// The MPI world (initializes MPI with MPI_THREAD_MULTIPLE-or-less if needed; finalizes at exit if it did).
-// Throws CommError when gradcomp was built without MPI.
+// The MPI world (a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN). Initializes MPI if nobody has, requesting
+// MPI_THREAD_MULTIPLE (mpi_thread_level() tells what was provided), and then finalizes it at process exit; never
+// finalizes an MPI that someone else initialized. Throws CommError when gradcomp was built without MPI.
 std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& options = {});
 
 // A set of `world_size` in-process communicators that talk through shared memory; give communicator r to thread r.
-std::vector<std::unique_ptr<Communicator>> make_local_communicators(int world_size,
-                                                                    std::chrono::milliseconds timeout =
-                                                                        std::chrono::milliseconds(60000));
+// A rank that stops calling makes the others throw Timeout (naming the ranks that did not arrive); a rank whose
+// communicator is destroyed makes the others' next collective throw CommError. After a failure the group is broken:
+// every later call on any of its communicators throws CommError.
+std::vector<std::unique_ptr<Communicator>> make_local_communicators(
+    int world_size, std::chrono::milliseconds timeout = default_comm_timeout());
+
+// The thread level MPI provided ("single", "funneled", "serialized", "multiple"), or "none" when MPI is not
+// initialized or gradcomp was built without MPI.
+std::string mpi_thread_level();
 
 // NCCL communicator over the ranks of `bootstrap` (the unique id is broadcast through it), on CUDA device
-// `device_index`. Throws CommError when gradcomp was built without NCCL.
+// `device_index`. allreduce() runs on the tensor's stream and waits for it (with the timeout; ncclCommAbort past it).
+// The byte-span calls accept device or host memory (host memory is staged through device buffers). Throws CommError
+// when gradcomp was built without NCCL.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device_index);
 
 }  // namespace gradcomp

@@ -1,0 +1,146 @@
+// compressed_allreduce: agreement check, device staging, hierarchical mode, and the choice of algorithm.
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "comm/algorithms/algorithms.h"
+#include "comm/host_stage.h"
+#include "gradcomp/collectives.h"
+#include "gradcomp/error.h"
+
+namespace gradcomp {
+
+std::string_view algorithm_name(AllreduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllreduceAlgorithm::kAuto: return "auto";
+    case AllreduceAlgorithm::kDense: return "dense";
+    case AllreduceAlgorithm::kAllgather: return "allgather";
+    case AllreduceAlgorithm::kSparseAllreduce: return "sparse";
+    case AllreduceAlgorithm::kScatterReduceAllgather: return "sra";
+  }
+  return "unknown";
+}
+
+AllreduceAlgorithm parse_algorithm(std::string_view name) {
+  for (auto algorithm : {AllreduceAlgorithm::kAuto, AllreduceAlgorithm::kDense, AllreduceAlgorithm::kAllgather,
+                         AllreduceAlgorithm::kSparseAllreduce, AllreduceAlgorithm::kScatterReduceAllgather}) {
+    if (algorithm_name(algorithm) == name) return algorithm;
+  }
+  throw InvalidArgument(fmt::format("unknown allreduce algorithm '{}' (valid: auto, dense, allgather, sparse, sra)",
+                                    name));
+}
+
+NodeGroups make_node_groups(Communicator& world) {
+  NodeGroups groups;
+  const int color = world.node_color();
+  GRADCOMP_CHECK(color >= 0, "make_node_groups: node color must be >= 0, got {} on rank {}", color, world.rank());
+  groups.node = world.split(color, world.rank());
+  const bool leader = groups.node->rank() == 0;
+  groups.leaders = world.split(leader ? 0 : -1, world.rank());
+  std::int32_t leaders = leader ? 1 : 0;
+  world.allreduce(TensorView(&leaders, 1, DType::kI32), ReduceOp::kSum);
+  groups.node_count = leaders;
+  return groups;
+}
+
+namespace {
+
+AllreduceAlgorithm choose(const CompressorTraits& traits, AllreduceAlgorithm requested) {
+  if (requested != AllreduceAlgorithm::kAuto) return requested;
+  if (traits.summable) return AllreduceAlgorithm::kDense;
+  if (traits.gatherable) return AllreduceAlgorithm::kSparseAllreduce;
+  if (traits.requantizable) return AllreduceAlgorithm::kScatterReduceAllgather;
+  return AllreduceAlgorithm::kAllgather;
+}
+
+void run_flat(Communicator& comm, Compressor& compressor, const TensorView& tensor, std::string_view name,
+              const AllreduceOptions& options, AllreduceStats& stats) {
+  stats.algorithm = choose(compressor.traits(), options.algorithm);
+  algorithms::Call call{comm, compressor, tensor, name, options, stats};
+  switch (stats.algorithm) {
+    case AllreduceAlgorithm::kDense: algorithms::run_dense(call); break;
+    case AllreduceAlgorithm::kAllgather: algorithms::run_allgather(call); break;
+    case AllreduceAlgorithm::kSparseAllreduce: algorithms::run_sparse(call); break;
+    case AllreduceAlgorithm::kScatterReduceAllgather: algorithms::run_scatter_reduce_allgather(call); break;
+    case AllreduceAlgorithm::kAuto: GRADCOMP_ASSERT(false, "unresolved algorithm");
+  }
+}
+
+// Dense f32 sum inside the node, compressed allreduce of the node sums between leaders, broadcast inside the node.
+void run_hierarchical(Communicator& comm, Compressor& compressor, const TensorView& tensor, std::string_view name,
+                      const AllreduceOptions& options, AllreduceStats& stats) {
+  NodeGroups built;
+  NodeGroups* groups = options.nodes;
+  if (groups == nullptr) {
+    built = make_node_groups(comm);
+    groups = &built;
+  }
+  GRADCOMP_CHECK(groups->node != nullptr, "compressed_allreduce('{}'): NodeGroups without a node communicator", name);
+  const std::size_t numel = tensor.numel();
+  std::vector<float> work(numel);
+  const TensorView work_view(numel ? work.data() : nullptr, numel, DType::kF32);
+  algorithms::load_f32(tensor, work);
+  {
+    algorithms::Stopwatch watch(stats.communicate_s);
+    groups->node->allreduce(work_view, ReduceOp::kSum);
+  }
+  stats.wire_bytes += algorithms::ring_allreduce_bytes(numel * sizeof(float), groups->node->size());
+  if (options.op == ReduceOp::kAverage) {
+    const float divisor = static_cast<float>(comm.size());
+    for (float& value : work) value /= divisor;  // leaders then sum node averages-to-be: the world average
+  }
+  if (groups->leaders != nullptr) {
+    AllreduceOptions inner = options;
+    inner.op = ReduceOp::kSum;
+    inner.hierarchical = false;
+    inner.nodes = nullptr;
+    inner.verify = false;  // the world agreed already
+    run_flat(*groups->leaders, compressor, work_view, name, inner, stats);
+  } else {
+    stats.algorithm = choose(compressor.traits(), options.algorithm);
+  }
+  {
+    algorithms::Stopwatch watch(stats.communicate_s);
+    groups->node->broadcast(std::as_writable_bytes(std::span(work)), 0);
+  }
+  if (groups->node->rank() == 0) stats.wire_bytes += numel * sizeof(float);
+  algorithms::store_f32(work, tensor);
+}
+
+}  // namespace
+
+AllreduceStats compressed_allreduce(Communicator& comm, Compressor& compressor, const TensorView& tensor,
+                                    std::string_view name, const AllreduceOptions& options) {
+  GRADCOMP_CHECK(!name.empty(), "compressed_allreduce: the tensor name must not be empty (rank {})", comm.rank());
+  GRADCOMP_CHECK(options.op == ReduceOp::kSum || options.op == ReduceOp::kAverage,
+                 "compressed_allreduce('{}'): op must be sum or average, got {}", name, reduce_op_name(options.op));
+  GRADCOMP_CHECK(tensor.dtype() == DType::kF32 || tensor.dtype() == DType::kF16 || tensor.dtype() == DType::kBF16,
+                 "compressed_allreduce('{}'): tensor must be f32, f16 or bf16, got {} on rank {}", name,
+                 tensor.describe(), comm.rank());
+  GRADCOMP_CHECK(options.sparse_switch_density >= 0, "compressed_allreduce('{}'): sparse_switch_density must be >= 0",
+                 name);
+  AllreduceStats stats;
+  stats.input_bytes = tensor.bytes();
+  stats.hierarchical = options.hierarchical;
+  if (options.verify) {
+    algorithms::Stopwatch watch(stats.communicate_s);
+    algorithms::verify_agreement(comm, compressor, tensor, name, options);
+  }
+  if (tensor.device().is_cuda()) {
+    comm::HostStage stage(tensor);
+    AllreduceOptions inner = options;
+    inner.verify = false;
+    AllreduceStats inner_stats = compressed_allreduce(comm, compressor, stage.host_view(), name, inner);
+    stage.copy_back();
+    inner_stats.communicate_s += stats.communicate_s;
+    return inner_stats;
+  }
+  if (options.hierarchical) {
+    run_hierarchical(comm, compressor, tensor, name, options, stats);
+  } else {
+    run_flat(comm, compressor, tensor, name, options, stats);
+  }
+  return stats;
+}
+
+}  // namespace gradcomp

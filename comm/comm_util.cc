@@ -1,0 +1,124 @@
+#include "comm/comm_util.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "gradcomp/error.h"
+#include "kernels/half_ops.cuh"
+
+namespace gradcomp {
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAverage: return "average";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
+  }
+  return "unknown";
+}
+
+std::chrono::milliseconds default_comm_timeout() {
+  const char* text = std::getenv("GRADCOMP_TIMEOUT_S");
+  if (text == nullptr || *text == '\0') return std::chrono::milliseconds(60000);
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  GRADCOMP_CHECK(end != text && *end == '\0' && seconds > 0 && seconds < 1e7,
+                 "GRADCOMP_TIMEOUT_S must be a positive number of seconds, got '{}'", text);
+  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0 + 0.5));
+}
+
+int Communicator::node_color() {
+  if (const auto local = comm::local_size_from_env()) return rank() / *local;
+  return 0;
+}
+
+namespace comm {
+namespace {
+
+template <typename T>
+void combine(T* acc, const T* in, std::size_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      for (std::size_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] + in[i]);
+      break;
+    case ReduceOp::kMax:
+      for (std::size_t i = 0; i < n; ++i) acc[i] = in[i] > acc[i] ? in[i] : acc[i];
+      break;
+    case ReduceOp::kMin:
+      for (std::size_t i = 0; i < n; ++i) acc[i] = in[i] < acc[i] ? in[i] : acc[i];
+      break;
+  }
+}
+
+template <typename ToFloat, typename FromFloat>
+void combine_half(std::uint16_t* acc, const std::uint16_t* in, std::size_t n, ToFloat to_float, FromFloat from_float) {
+  for (std::size_t i = 0; i < n; ++i) acc[i] = from_float(to_float(acc[i]) + to_float(in[i]));
+}
+
+}  // namespace
+
+void check_reduce(DType dtype, ReduceOp op, std::string_view backend, int rank) {
+  bool ok = false;
+  switch (op) {
+    case ReduceOp::kSum: ok = true; break;
+    case ReduceOp::kAverage: ok = dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16; break;
+    case ReduceOp::kMax:
+    case ReduceOp::kMin: ok = dtype == DType::kF32 || dtype == DType::kI32 || dtype == DType::kU8; break;
+  }
+  GRADCOMP_CHECK(ok, "{} communicator (rank {}): allreduce '{}' is not defined for {} tensors", backend, rank,
+                 reduce_op_name(op), dtype_name(dtype));
+}
+
+void reduce_into(void* acc, const void* in, std::size_t n, DType dtype, ReduceOp op) {
+  switch (dtype) {
+    case DType::kF32: combine(static_cast<float*>(acc), static_cast<const float*>(in), n, op); return;
+    case DType::kI32:
+      combine(static_cast<std::int32_t*>(acc), static_cast<const std::int32_t*>(in), n, op);
+      return;
+    case DType::kU8:
+      combine(static_cast<std::uint8_t*>(acc), static_cast<const std::uint8_t*>(in), n, op);
+      return;
+    case DType::kF16:
+      combine_half(static_cast<std::uint16_t*>(acc), static_cast<const std::uint16_t*>(in), n,
+                   kernels::half_bits_to_float, kernels::float_to_half_bits);
+      return;
+    case DType::kBF16:
+      combine_half(static_cast<std::uint16_t*>(acc), static_cast<const std::uint16_t*>(in), n,
+                   kernels::bf16_bits_to_float, kernels::float_to_bf16_bits);
+      return;
+  }
+}
+
+void divide_by(void* data, std::size_t n, DType dtype, int divisor) {
+  const float d = static_cast<float>(divisor);
+  if (dtype == DType::kF32) {
+    auto* values = static_cast<float*>(data);
+    for (std::size_t i = 0; i < n; ++i) values[i] /= d;
+  } else if (dtype == DType::kF16) {
+    auto* bits = static_cast<std::uint16_t*>(data);
+    for (std::size_t i = 0; i < n; ++i) bits[i] = kernels::float_to_half_bits(kernels::half_bits_to_float(bits[i]) / d);
+  } else if (dtype == DType::kBF16) {
+    auto* bits = static_cast<std::uint16_t*>(data);
+    for (std::size_t i = 0; i < n; ++i) bits[i] = kernels::float_to_bf16_bits(kernels::bf16_bits_to_float(bits[i]) / d);
+  }
+}
+
+std::optional<int> local_size_from_env() {
+  const char* text = std::getenv("GRADCOMP_LOCAL_SIZE");
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  GRADCOMP_CHECK(end != text && *end == '\0' && value > 0 && value < (1 << 20),
+                 "GRADCOMP_LOCAL_SIZE must be a positive integer (ranks per emulated node), got '{}'", text);
+  return static_cast<int>(value);
+}
+
+long long ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace comm
+}  // namespace gradcomp

@@ -1,0 +1,110 @@
+// Host staging of device buffers (for an MPI that is not CUDA-aware, and for the host codec path of the collectives):
+// copy device memory to a host buffer, work on it, copy the result back. Without CUDA in the build, device tensors
+// are rejected with InvalidArgument.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "gradcomp/config.h"
+#include "gradcomp/error.h"
+#include "gradcomp/tensor.h"
+
+#if GRADCOMP_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace gradcomp::comm {
+
+#if GRADCOMP_WITH_CUDA
+inline void cuda_check(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw CudaError(fmt::format("host staging: {} failed: {}", what, cudaGetErrorString(status)));
+  }
+}
+
+// True when `pointer` is device (or managed) memory.
+inline bool is_device_pointer(const void* pointer) {
+  if (pointer == nullptr) return false;
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky "invalid value" of a plain host pointer on old runtimes
+    return false;
+  }
+  return attributes.type == cudaMemoryTypeDevice;
+}
+#endif
+
+// A host copy of a device tensor (synchronizes the tensor's stream before reading).
+class HostStage {
+ public:
+  explicit HostStage(const TensorView& device_view) : device_(device_view), host_(device_view.bytes()) {
+#if GRADCOMP_WITH_CUDA
+    auto stream = static_cast<cudaStream_t>(device_.stream());
+    cuda_check(cudaMemcpyAsync(host_.data(), device_.data(), host_.size(), cudaMemcpyDeviceToHost, stream),
+               "cudaMemcpyAsync (stage to host)");
+    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (stage to host)");
+#else
+    throw InvalidArgument(fmt::format("{} is on a CUDA device but gradcomp was built without CUDA",
+                                      device_.describe()));
+#endif
+  }
+  TensorView host_view() { return TensorView(host_.data(), device_.numel(), device_.dtype()); }
+  void copy_back() {
+#if GRADCOMP_WITH_CUDA
+    auto stream = static_cast<cudaStream_t>(device_.stream());
+    cuda_check(cudaMemcpyAsync(device_.data(), host_.data(), host_.size(), cudaMemcpyHostToDevice, stream),
+               "cudaMemcpyAsync (stage to device)");
+    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (stage to device)");
+#endif
+  }
+
+ private:
+  TensorView device_;
+  std::vector<std::byte> host_;
+};
+
+// Send/receive byte spans, staged through host memory when they are device memory and MPI is not CUDA-aware.
+class SpanStage {
+ public:
+  SpanStage(std::span<const std::byte> send, std::span<std::byte> recv, bool cuda_aware)
+      : send_(send), recv_(recv), user_recv_(recv) {
+#if GRADCOMP_WITH_CUDA
+    if (cuda_aware) return;
+    if (is_device_pointer(send.data())) {
+      send_host_.resize(send.size());
+      cuda_check(cudaMemcpy(send_host_.data(), send.data(), send.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+      send_ = send_host_;
+    }
+    if (is_device_pointer(recv.data())) {
+      recv_host_.resize(recv.size());
+      // In-place calls (broadcast) read the receive buffer too.
+      cuda_check(cudaMemcpy(recv_host_.data(), recv.data(), recv.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+      recv_ = recv_host_;
+      staged_recv_ = true;
+    }
+#else
+    (void)cuda_aware;
+#endif
+  }
+  std::span<const std::byte> send() const { return send_; }
+  std::span<std::byte> recv() const { return recv_; }
+  void copy_back() {
+#if GRADCOMP_WITH_CUDA
+    if (staged_recv_) {
+      cuda_check(cudaMemcpy(user_recv_.data(), recv_host_.data(), recv_host_.size(), cudaMemcpyHostToDevice),
+                 "cudaMemcpy");
+    }
+#endif
+  }
+
+ private:
+  std::span<const std::byte> send_;
+  std::span<std::byte> recv_;
+  std::span<std::byte> user_recv_;
+  std::vector<std::byte> send_host_, recv_host_;
+  bool staged_recv_ = false;
+};
+
+}  // namespace gradcomp::comm

@@ -1,0 +1,94 @@
+// compressed_allreduce under mpirun: the same reference checks as on comm/local, every algorithm and codec, sizes
+// not divisible by the rank count, 0 and 1 elements; agreement failures; hierarchical with GRADCOMP_LOCAL_SIZE.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "gradcomp/collectives.h"
+#include "gradcomp/error.h"
+#include "gradcomp/registry.h"
+#include "tests/comm/allreduce_check.h"
+#include "tests/comm/mpi_world.h"
+
+namespace gradcomp {
+namespace {
+
+using testing::check_allreduce;
+using testing::mpi_world;
+
+const AllreduceAlgorithm kAlgorithms[] = {AllreduceAlgorithm::kAuto, AllreduceAlgorithm::kDense,
+                                          AllreduceAlgorithm::kAllgather, AllreduceAlgorithm::kSparseAllreduce,
+                                          AllreduceAlgorithm::kScatterReduceAllgather};
+
+TEST(MpiAllreduce, EveryAlgorithmCodecAndSizeMatchesTheReference) {
+  Communicator& comm = mpi_world();
+  for (auto algorithm : kAlgorithms) {
+    for (const std::string& spec : testing::registered_specs()) {
+      if (algorithm == AllreduceAlgorithm::kDense && !make_compressor(spec)->traits().summable) continue;
+      for (std::size_t numel : {std::size_t{0}, std::size_t{1}, std::size_t{5}, std::size_t{1001},
+                                std::size_t{100003}}) {
+        SCOPED_TRACE(fmt::format("spec {} algorithm {} numel {}", spec, algorithm_name(algorithm), numel));
+        check_allreduce(comm, spec, algorithm, numel, 2);
+      }
+    }
+  }
+}
+
+TEST(MpiAllreduce, SparseSwitch) {
+  Communicator& comm = mpi_world();
+  auto stats = check_allreduce(comm, "none", AllreduceAlgorithm::kSparseAllreduce, 3000, 1);
+  EXPECT_TRUE(stats.switched_to_dense);
+  stats = check_allreduce(comm, "none", AllreduceAlgorithm::kSparseAllreduce, 3000, 1, ReduceOp::kSum, 100.0);
+  EXPECT_FALSE(stats.switched_to_dense);
+}
+
+TEST(MpiAllreduce, MismatchRaisesOnEveryRank) {
+  Communicator& comm = mpi_world();
+  auto codec = make_compressor(comm.rank() == comm.size() - 1 ? "none:nonfinite=skip" : "none");
+  std::vector<float> x(comm.rank() == comm.size() - 1 ? 11 : 10, 1.0f);
+  try {
+    compressed_allreduce(comm, *codec, TensorView::of(std::span(x)), "w");
+    ADD_FAILURE() << "no error on rank " << comm.rank();
+  } catch (const InvalidArgument& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("numel=10"), std::string::npos) << what;
+    EXPECT_NE(what.find("numel=11"), std::string::npos) << what;
+    EXPECT_NE(what.find(fmt::format("rank {}", comm.size() - 1)), std::string::npos) << what;
+  }
+  // The communicator is still usable afterwards.
+  check_allreduce(comm, "none", AllreduceAlgorithm::kAuto, 10, 1);
+}
+
+TEST(MpiAllreduce, HierarchicalWithEmulatedNodes) {
+  Communicator& comm = mpi_world();
+  ::setenv("GRADCOMP_LOCAL_SIZE", "2", 1);
+  auto child = comm.split(0, comm.rank());  // fresh communicator: node_color() is cached per communicator
+  ::unsetenv("GRADCOMP_LOCAL_SIZE");
+  ::setenv("GRADCOMP_LOCAL_SIZE", "2", 1);
+  NodeGroups groups = make_node_groups(*child);
+  ::unsetenv("GRADCOMP_LOCAL_SIZE");
+  EXPECT_EQ(groups.node_count, (comm.size() + 1) / 2);
+  for (const std::string& spec : testing::registered_specs()) {
+    auto codec = make_compressor(spec);
+    const std::size_t numel = 2049;
+    auto grad = testing::make_gradient(numel, comm.rank(), 0);
+    AllreduceOptions options;
+    options.hierarchical = true;
+    options.nodes = &groups;
+    compressed_allreduce(*child, *codec, TensorView::of(std::span(grad)), "hier", options);
+    const auto all = testing::gather_floats(comm, grad);
+    for (int r = 1; r < comm.size(); ++r) {
+      EXPECT_EQ(std::memcmp(all.data(), all.data() + r * numel, numel * 4), 0) << spec << " rank " << r;
+    }
+    if (spec == "none") {
+      for (std::size_t i = 0; i < 50; ++i) {
+        double expected = 0;
+        for (int r = 0; r < comm.size(); ++r) expected += testing::make_gradient(numel, r, 0)[i];
+        EXPECT_NEAR(grad[i], expected / comm.size(), 1e-5 * std::fabs(expected) + 1e-12) << i;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gradcomp
