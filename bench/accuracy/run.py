@@ -22,9 +22,11 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -174,14 +176,32 @@ def launch(args, comm: str, specs: list[str], index_base: int, run_dir: str, env
             sys.exit(f"run.py: --link needs {shaped} (bench/net, from the comm work)")
         if comm != "gradcomp":
             sys.exit("run.py: --link shapes one launched command; use --comm gradcomp (mpirun)")
-        cmds = [[shaped, "--rate", args.link, "--"] + cmds[0]]
+        cmds = [[shaped, args.link, "--"] + cmds[0]]
 
     procs = []
     for r, cmd in enumerate(cmds):
         penv = env if comm == "gradcomp" else dict(env, RANK=str(r), WORLD_SIZE=str(args.ranks))
         procs.append(subprocess.Popen(cmd, env=penv, stdout=subprocess.PIPE if r == 0 else subprocess.DEVNULL,
-                                      stderr=None if r == 0 else subprocess.STDOUT, text=True, bufsize=1))
-    deadline = time.monotonic() + args.timeout
+                                      stderr=None if r == 0 else subprocess.STDOUT, text=True, bufsize=1,
+                                      start_new_session=True))
+    timed_out = threading.Event()
+
+    def kill_groups(sig):
+        for proc in procs:
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def stop_all():  # each launch is its own process group: mpirun and its ranks, or one rank
+        timed_out.set()
+        kill_groups(signal.SIGTERM)
+        time.sleep(5)
+        kill_groups(signal.SIGKILL)
+
+    watchdog = threading.Timer(max(0.0, args.deadline - time.monotonic()), stop_all)
+    watchdog.daemon = True
+    watchdog.start()
     try:
         for raw in procs[0].stdout:
             if raw.startswith("@@ "):
@@ -191,13 +211,14 @@ def launch(args, comm: str, specs: list[str], index_base: int, run_dir: str, env
                 progress.event(ev)
             else:
                 progress.passthrough(raw)
-            if time.monotonic() > deadline:
-                raise TimeoutError
-        rcs = [p.wait(timeout=max(1.0, deadline - time.monotonic())) for p in procs]
-    except (TimeoutError, subprocess.TimeoutExpired):
-        progress.passthrough(f"run.py: the ranks ran past --timeout {args.timeout} s; stopping them\n")
-        for p in procs:
-            p.kill()
+        rcs = [p.wait() for p in procs]
+    except KeyboardInterrupt:
+        kill_groups(signal.SIGTERM)
+        raise
+    finally:
+        watchdog.cancel()
+    if timed_out.is_set():
+        progress.passthrough(f"run.py: the sweep ran past --timeout {args.timeout:g} s; the ranks were stopped\n")
         return 124
     return next((rc for rc in rcs if rc != 0), 0)
 
@@ -226,7 +247,8 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=0, help="torch threads per rank (default: cores / ranks, >= 1)")
     p.add_argument("--build-dir", default=os.path.join(ROOT, "build"), help="where build/python holds gradcomp")
     p.add_argument("--python", default=sys.executable, help="the ranks' Python (default: this one)")
-    p.add_argument("--timeout", type=float, default=3600, help="seconds before the ranks are stopped")
+    p.add_argument("--timeout", type=float, default=7200,
+                   help="seconds for the whole sweep; runs not finished by then are reported as not run")
     p.add_argument("--quiet", action="store_true", help="no progress lines, only each run's result and the table")
     args = p.parse_args()
 
@@ -264,11 +286,16 @@ def main() -> int:
     failures: dict[str, str] = {}
     started = time.monotonic()
     pending = list(range(len(specs)))
+    args.deadline = started + args.timeout
     while pending:
         rc = launch(args, comm, [specs[i] for i in pending], pending[0], run_dir, env, progress, failures)
         done = {int(f.split(".")[0]) for f in os.listdir(run_dir) if f.endswith(".json")}
         pending = [i for i in pending if i not in done and specs[i] not in failures]
-        if rc != 0 and pending:  # the launch died inside pending[0]: record it and go on with the rest
+        if rc == 124:  # the whole sweep's time is up: what finished is reported, the rest is marked not run
+            for i in pending:
+                failures[specs[i]] = f"not run to the end: the sweep reached --timeout {args.timeout:g} s"
+            pending = []
+        elif rc != 0 and pending:  # the launch died inside pending[0]: record it and go on with the rest
             i = pending.pop(0)
             failures[specs[i]] = f"the ranks exited with status {rc} during this run (see the output above)"
             progress.event({"event": "failed", "spec": specs[i], "error": failures[specs[i]]})
