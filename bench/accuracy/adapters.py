@@ -36,6 +36,11 @@ class Wrapped:
         """(compressed payload bytes, uncompressed f32 gradient bytes) this rank produced so far."""
         raise NotImplementedError
 
+    def wire_bytes(self) -> int | None:
+        """Bytes this rank sent, as gradcomp's collectives count them (None where gradcomp does not count them)."""
+        counter = getattr(self, "counter", None)
+        return None if counter is None else counter.wire
+
     def close(self) -> None:
         """Releases the path's resources (hooks, runtime handles)."""
 
@@ -72,12 +77,15 @@ class PayloadCounter:
     def __init__(self):
         self.payload = 0
         self.raw = 0
+        self.wire = None   # AllreduceStats.wire_bytes summed (gradcomp's MPI collectives only)
         self.calls = 0
         self.source = "CompressStats"
 
-    def add(self, payload: int, raw: int) -> None:
+    def add(self, payload: int, raw: int, wire: int | None = None) -> None:
         self.payload += int(payload)
         self.raw += int(raw)
+        if wire is not None:
+            self.wire = (self.wire or 0) + int(wire)
         self.calls += 1
 
 
@@ -114,12 +122,15 @@ def count_mpi_allreduce(counter: PayloadCounter) -> None:
         stats = original(comm, compressor, tensor, *args, **kwargs)
         if _mpi_counter is not None:
             if "payload_bytes" in stats:
-                _mpi_counter.add(stats["payload_bytes"], stats["input_bytes"])
+                _mpi_counter.add(stats["payload_bytes"], stats["input_bytes"], stats["wire_bytes"])
                 _mpi_counter.source = "AllreduceStats"
-            else:  # older binding: the codec's last compress() (exact unless scatter-reduce-allgather chunked it)
-                last = compressor.last_stats()
-                _mpi_counter.add(last["payload_bytes"], stats["input_bytes"])
-                _mpi_counter.source = "CompressStats (last call per allreduce)"
+            elif stats["algorithm"] not in ("sra", "hierarchical"):
+                # a binding without payload_bytes: one compress() per call, so the codec's last stats are exact
+                _mpi_counter.add(compressor.last_stats()["payload_bytes"], stats["input_bytes"], stats["wire_bytes"])
+                _mpi_counter.source = "AllreduceStats + CompressStats"
+            else:
+                raise RuntimeError("gradcomp's compressed_allreduce returned no payload_bytes for a "
+                                   f"'{stats['algorithm']}' call (several compress() calls): rebuild the module")
         return stats
 
     native.compressed_allreduce = counted

@@ -7,7 +7,7 @@ import math
 import os
 
 CSV_FIELDS = ("spec", "status", "comm", "model", "ranks", "epochs", "train_images", "global_batch", "steps",
-              "compression_ratio", "payload_bytes_per_step", "raw_bytes_per_step", "test_acc", "delta_pp",
+              "compression_ratio", "payload_bytes_per_step", "wire_bytes_per_step", "raw_bytes_per_step", "test_acc", "delta_pp",
               "test_loss", "time_per_epoch_s", "train_s", "time_to_dense_acc_s", "link", "error")
 
 
@@ -52,7 +52,7 @@ def _fmt(v, spec: str, missing: str = "-") -> str:
 
 def table(rows: list[dict], with_link: bool) -> str:
     """The final table as aligned text (one row per compressor, failures included with their error)."""
-    head = ["compressor", "ratio", "payload/step/rank", "test acc", "Δ vs none", "s/epoch"]
+    head = ["compressor", "ratio", "payload/step/rank", "wire/step/rank", "test acc", "Δ vs none", "s/epoch"]
     if with_link:
         head.append("time to dense acc")
     lines = []
@@ -60,7 +60,9 @@ def table(rows: list[dict], with_link: bool) -> str:
         if r.get("status") != "ok":
             lines.append([r["spec"], "FAILED", r.get("error", "")[:70]])
             continue
+        wire = r.get("wire_bytes_per_step")
         line = [r["spec"], _fmt(r["compression_ratio"], ".1f") + "x", human_bytes(r["payload_bytes_per_step"]),
+                "n/a" if wire is None else human_bytes(wire),
                 _fmt(100 * r["test_acc"], ".2f") + "%", _fmt(r["delta_pp"], "+.2f", "n/a") + " pp",
                 _fmt(r["time_per_epoch_s"], ".1f")]
         if with_link:

@@ -137,14 +137,17 @@ class Progress:
             self.line(f"{tag}: {ev['params']:,} parameters, {ev['steps']} steps of {ev['global_batch']} images, "
                       f"SGD momentum {ev['momentum']:g}, via {ev['comm']}")
         elif kind == "progress":
+            sent = (f"sent {report.human_bytes(ev['wire_bytes'])}" if ev.get("wire_bytes") is not None
+                    else f"payload {report.human_bytes(ev['payload_bytes'])}")
             self.line(f"{tag}  epoch {ev['epoch']}/{ev['epochs']}  step {ev['step']}/{ev['steps']}  "
-                      f"loss {ev['loss']:.4f}  sent {report.human_bytes(ev['bytes_sent'])}  {ev['train_s']:.1f} s")
+                      f"loss {ev['loss']:.4f}  {sent}  {ev['train_s']:.1f} s")
         elif kind == "eval":
             self.line(f"{tag}  step {ev['step']}  test accuracy {100 * ev['acc']:.2f}%")
         elif kind == "result":
             self.count += 1
             self.line(f"{tag}  done: test accuracy {100 * ev['test_acc']:.2f}%, ratio "
-                      f"{ev['compression_ratio']:.1f}x, {report.human_bytes(ev['payload_bytes_per_step'])}/step, "
+                      f"{ev['compression_ratio']:.1f}x, payload {report.human_bytes(ev['payload_bytes_per_step'])}"
+                      f"/step, "
                       f"{ev['time_per_epoch_s']:.1f} s/epoch", final=True)
         elif kind == "failed":
             self.count += 1

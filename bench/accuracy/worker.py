@@ -126,7 +126,7 @@ def train_one(spec: str, args, rank: int, world: int, train, test) -> dict:
                 losses.append((step, mean_loss))
                 payload, _ = wrapped.payload_bytes()
                 emit(rank, "progress", spec=spec, epoch=epoch + 1, epochs=args.epochs, step=step, steps=total_steps,
-                     loss=mean_loss, bytes_sent=payload, train_s=train_time)
+                     loss=mean_loss, payload_bytes=payload, wire_bytes=wrapped.wire_bytes(), train_s=train_time)
                 if (s + 1) in eval_steps:
                     acc, test_loss = evaluate(net, xte, yte, rank, world)
                     evals.append({"step": step, "epoch": step / steps_per_epoch, "train_s": train_time,
@@ -136,7 +136,8 @@ def train_one(spec: str, args, rank: int, world: int, train, test) -> dict:
         train_time += time.perf_counter() - epoch_start
 
     payload, raw = wrapped.payload_bytes()
-    payload_mean, raw_mean = allreduce([payload / world, raw / world])   # mean over ranks (DGC's k varies)
+    wire = wrapped.wire_bytes()
+    payload_mean, raw_mean, wire_mean = allreduce([payload / world, raw / world, (wire or 0) / world])  # DGC's k varies
     wrapped.close()
     if not evals or evals[-1]["step"] != step:
         acc, test_loss = evaluate(net, xte, yte, rank, world)
@@ -147,6 +148,7 @@ def train_one(spec: str, args, rank: int, world: int, train, test) -> dict:
         "model": args.model, "ranks": world,
         "epochs": args.epochs, "train_images": int(len(subset)), "global_batch": global_batch, "steps": step,
         "payload_bytes_per_step": payload_mean / step, "raw_bytes_per_step": raw_mean / step,
+        "wire_bytes_per_step": None if wire is None else wire_mean / step,
         "compression_ratio": raw_mean / payload_mean if payload_mean else float("nan"),
         "test_acc": evals[-1]["acc"], "test_loss": evals[-1]["loss"], "train_s": train_time,
         "time_per_epoch_s": train_time / args.epochs, "loss_curve": losses, "evals": evals,

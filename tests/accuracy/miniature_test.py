@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The accuracy benchmark in miniature: bench/accuracy/run.py on 2 ranks, 1 epoch over 8,000 images, dense and top-k
+"""The accuracy benchmark in miniature: bench/accuracy/run.py on 2 ranks, 1 epoch over 6,400 images, dense and top-k
 1% through gradcomp (MPI path when available). Fails unless both runs finish, accuracy.csv holds them with sane values
 (dense > 70% test accuracy, top-k's compression ratio from gradcomp's payload stats > 10), and accuracy.png is a PNG.
 """
@@ -21,7 +21,7 @@ def main() -> int:
     args = p.parse_args()
     shutil.rmtree(args.out, ignore_errors=True)
     cmd = [sys.executable, os.path.join(ROOT, "bench", "accuracy", "run.py"), "--ranks", "2", "--epochs", "1",
-           "--train-subset", "8000", "--compressors", "none,topk:ratio=0.01", "--build-dir", args.build_dir,
+           "--train-subset", "6400", "--compressors", "none,topk:ratio=0.01", "--build-dir", args.build_dir,
            "--out", args.out, "--comm", args.comm, "--timeout", "200"]
     print("+", " ".join(cmd), flush=True)
     rc = subprocess.run(cmd, timeout=230).returncode
