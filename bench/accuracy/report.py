@@ -129,7 +129,8 @@ def write_png(rows: list[dict], path: str, title: str) -> None:
         hi = max(r["compression_ratio"] for r in ok)
         ax.set_xlim(lo / 1.6, hi * 3.0)
     bx.set_xlabel("step")
-    bx.set_ylabel("training loss (mean over ranks)")
+    bx.set_yscale("log")
+    bx.set_ylabel("training loss (mean over ranks), log scale")
     bx.set_title("loss curves")
     bx.grid(True, alpha=0.3)
     if ok:
