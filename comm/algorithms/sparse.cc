@@ -1,7 +1,8 @@
 // Sparse allreduce with a dense switch (after SparCML, Renggli et al. 2019). Each rank turns what its compressor
 // transmitted into (index, value) pairs (decode into a scratch dense buffer, scan the nonzeros), and the ranks agree
 // on the total count first: while the pairs are cheaper than a dense ring allreduce they are allgathered and added in
-// rank order; past the break-even density the decoded tensors are summed with a dense f32 allreduce instead.
+// rank order (kAverage: each value divided by n as it is added); past the break-even density the decoded tensors are
+// summed with a dense f32 allreduce instead.
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -65,16 +66,22 @@ void run_sparse(Call& call) {
     }
     call.stats.wire_bytes += ring_allgather_bytes(total * sizeof(Pair), n);
     Stopwatch watch(call.stats.decompress_s);
-    std::fill(dense.begin(), dense.end(), 0.0f);
+    // Sum straight into the tensor when it is f32 (its input was consumed by compress()); only touched entries are
+    // written after the clear, and kAverage divides each pair's value, so no further pass over the dense tensor.
+    float* sum = call.tensor.dtype() == DType::kF32 ? static_cast<float*>(call.tensor.data()) : dense.data();
+    if (numel > 0) std::memset(sum, 0, numel * sizeof(float));
+    const float divisor = call.options.op == ReduceOp::kAverage ? static_cast<float>(n) : 1.0f;
+    std::size_t union_nnz = 0;
     for (const Pair& pair : gathered) {
       GRADCOMP_CHECK_AS(CommError, pair.index < numel,
                         "compressed_allreduce('{}'): sparse pair index {} out of range of {} elements (rank {})",
                         call.name, pair.index, numel, call.comm.rank());
-      dense[pair.index] += pair.value;
+      union_nnz += sum[pair.index] == 0.0f;
+      sum[pair.index] += pair.value / divisor;
     }
-    std::size_t union_nnz = 0;
-    for (const float value : dense) union_nnz += value != 0.0f;
     call.stats.union_nnz = union_nnz;
+    if (sum == dense.data()) store_f32(dense, call.tensor);
+    return;
   }
 
   Stopwatch watch(call.stats.decompress_s);

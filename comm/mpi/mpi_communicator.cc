@@ -10,6 +10,9 @@
 #endif
 
 #include <atomic>
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#endif
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -72,7 +75,21 @@ void half_sum(void* in, void* inout, int* len, ToFloat to_float, FromFloat from_
 }
 
 void f16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
-  half_sum(in, inout, len, kernels::half_bits_to_float, kernels::float_to_half_bits);
+  int i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+  // Hardware conversions (IEEE round to nearest even, like kernels/half_ops.cuh) 8 values at a time.
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (; i + 8 <= *len; i += 8) {
+    const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    const __m256 y = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(b + i),
+                     _mm256_cvtps_ph(_mm256_add_ps(x, y), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+#endif
+  int rest = *len - i;
+  half_sum(static_cast<std::uint16_t*>(in) + i, static_cast<std::uint16_t*>(inout) + i, &rest,
+           kernels::half_bits_to_float, kernels::float_to_half_bits);
 }
 void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   half_sum(in, inout, len, kernels::bf16_bits_to_float, kernels::float_to_bf16_bits);
@@ -153,8 +170,13 @@ class MpiCommunicator final : public Communicator {
     } else if (op == ReduceOp::kMin) {
       mpi_op = MPI_MIN;
     }
+    // Not MPI_IN_PLACE: Open MPI's libnbc then only uses its binomial reduce+broadcast (the root does all the
+    // reduction work); with a separate send buffer large messages get the ring.
+    send_copy_.assign(static_cast<const std::byte*>(inout.data()),
+                      static_cast<const std::byte*>(inout.data()) + inout.bytes());
     MPI_Request request;
-    check(MPI_Iallreduce(MPI_IN_PLACE, nonnull(inout.data()), count, mpi_type(inout.dtype()), mpi_op, comm_, &request),
+    check(MPI_Iallreduce(nonnull(send_copy_.data()), nonnull(inout.data()), count, mpi_type(inout.dtype()), mpi_op,
+                         comm_, &request),
           "MPI_Iallreduce", inout.bytes());
     wait(request, "allreduce", inout.bytes());
     if (op == ReduceOp::kAverage) comm::divide_by(inout.data(), inout.numel(), inout.dtype(), size_);
@@ -275,7 +297,13 @@ class MpiCommunicator final : public Communicator {
                                   "ms): a peer rank is missing, dead or stuck",
                                   op, bytes, rank_, size_, comm::ms_since(start), timeout_.count()));
       }
-      if (spins > 256) std::this_thread::yield();
+      // Spin briefly for latency, then yield, then nap: ranks that share cores (oversubscribed runs) need the CPU
+      // for their own reductions and compression, and the TCP progress engine only needs a poll every ~50 us.
+      if (spins > 4096) {
+        std::this_thread::sleep_for(std::chrono::microseconds(20));
+      } else if (spins > 64) {
+        std::this_thread::yield();
+      }
     }
   }
 
@@ -303,6 +331,7 @@ class MpiCommunicator final : public Communicator {
   bool broken_ = false;
   bool cuda_aware_ = false;
   std::optional<int> node_color_;
+  std::vector<std::byte> send_copy_;
 };
 
 }  // namespace

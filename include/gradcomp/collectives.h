@@ -59,7 +59,7 @@ struct AllreduceStats {
   // allgatherv (n-1)/n * sum of payloads, alltoallv the bytes sent to other ranks.
   std::size_t wire_bytes = 0;
   bool switched_to_dense = false;  // sparse allreduce went dense
-  std::size_t union_nnz = 0;       // sparse allreduce: nonzeros of the aggregated result (0 when it went dense)
+  std::size_t union_nnz = 0;       // sparse allreduce: distinct indices in the union (0 when it went dense)
   bool hierarchical = false;
   double compress_s = 0, communicate_s = 0, decompress_s = 0;
 };
