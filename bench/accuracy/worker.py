@@ -119,7 +119,7 @@ def train_one(spec: str, args, rank: int, world: int, train, test) -> dict:
             window.append(loss.item())
             if not math.isfinite(window[-1]):
                 raise FloatingPointError(f"loss is {window[-1]} at step {step} (rank {rank})")
-            if step % log_every == 0 or s + 1 == steps_per_epoch:
+            if step % log_every == 0 or s + 1 == steps_per_epoch or (s + 1) in eval_steps:
                 train_time += time.perf_counter() - epoch_start
                 mean_loss = allreduce([sum(window) / len(window)])[0] / world
                 window = []
