@@ -6,7 +6,7 @@
 # dgc 0.1%) and prints the table; results/accuracy.csv and results/accuracy.png are written.
 #
 # usage: scripts/demo.sh [bench/accuracy/run.py options]     e.g. --full, --ranks 2, --compressors none,fp16
-# The default sweep takes about 3-5 minutes on 2 cores, the build included; --full (CNN, 5 epochs) far longer.
+# The default sweep took 290 s on the shared 2-core VM, build included (docs/accuracy.md); --full takes hours.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"

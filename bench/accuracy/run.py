@@ -3,12 +3,14 @@
 compressor (same seeds, same initial weights, same data order for every compressor, so the differences are the
 compressor's alone), then prints a table and writes <out>/accuracy.csv, accuracy.png and accuracy.json.
 
-The default is the quick demo (a 784-128-10 MLP, 1 epoch over 16,000 training images, 4 ranks; about 2-3 minutes
-on 2 cores). --full is the converged sweep (a two-layer CNN, 5 epochs over all 60,000 images).
+The default is the quick demo (a 784-128-10 MLP, 1 epoch over 16,000 training images, 4 ranks; about 4 minutes on
+a busy 2-core machine). --full is the converged sweep (a two-layer CNN, 5 epochs over all 60,000 images: hours on 2
+cores).
 
-Gradients travel through gradcomp (--comm gradcomp: gradcomp.torch.DistributedOptimizer on gradcomp's MPI runtime,
-under mpirun; --comm ddp-hook: torch DDP + gradcomp.torch.ddp_comm_hook over gloo, one process per rank). Wire bytes
-and compression ratios are gradcomp's own payload sizes. --comm torch is a plain-PyTorch dense reference ('none').
+Gradients travel through gradcomp (--comm gradcomp: gradcomp.torch.DistributedOptimizer under mpirun, on gradcomp's
+C++ compressed_allreduce over MPI; --comm ddp-hook: torch DDP + gradcomp.torch.ddp_comm_hook over gloo, one process
+per rank). Payload bytes, wire bytes and compression ratios are gradcomp's own stats. --comm torch is a plain-PyTorch
+dense reference ('none' only).
 
 examples:
   bench/accuracy/run.py                                   # the demo sweep, all nine compressors
