@@ -18,6 +18,17 @@ from ._compressors import PAYLOAD_HEADER_BYTES
 _WIRE_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
 
+def _align(nbytes, to=16):
+    """Payloads are packed at 16-byte boundaries so their sections stay aligned for the decoders (CUDA included)."""
+    return (nbytes + to - 1) // to * to
+
+
+def _checked(fut):
+    """Raises the collective's error (a failed allreduce must not decode stale data); True otherwise."""
+    fut.value()
+    return True
+
+
 def _completed_future(value):
     fut = torch.futures.Future()
     fut.set_result(value)
@@ -50,16 +61,24 @@ class Exchanger:
             return self._run_python(items, result)
         traits = c.traits
         if traits["summable"]:
-            return self._run_summable(items, step, result, _WIRE_DTYPES[traits["wire_dtype"]])
+            wire_dtype = _WIRE_DTYPES[traits["wire_dtype"]]
+            return self._run_summable(items, step, result, wire_dtype, self._sum_dtype(wire_dtype))
         return self._run_gather(items, step, result)
 
+    def _sum_dtype(self, wire_dtype):
+        """gloo cannot sum bfloat16 (torch 1.13: "Invalid scalar type"): bf16 bodies are summed in float32 there and
+        rounded back to bf16 (nearest-even) before decoding."""
+        if wire_dtype == torch.bfloat16 and dist.is_initialized() and dist.get_backend(self.group) == "gloo":
+            return torch.float32
+        return wire_dtype
+
     # -- summable: one allreduce of the packed wire-dtype bodies -----------------------------------------------------
-    def _run_summable(self, items, step, result, wire_dtype):
+    def _run_summable(self, items, step, result, wire_dtype, sum_dtype):
         c, world = self.compressor, self.world
         device = items[0][1].device
         esize = torch.tensor([], dtype=wire_dtype).element_size()
         total = sum(t.numel() for _, t in items)
-        wire = torch.empty(total, dtype=wire_dtype, device=device)
+        wire = torch.empty(total, dtype=sum_dtype, device=device)
         payloads = []
         off = 0
         with self.lock:
@@ -74,7 +93,8 @@ class Exchanger:
         if world == 1:
             return _completed_future(self._finish_summable(payloads, wire, wire_dtype, result))
         work = dist.all_reduce(wire, op=dist.ReduceOp.SUM, group=self.group, async_op=True)
-        return work.get_future().then(lambda _: self._finish_summable(payloads, wire, wire_dtype, result))
+        return work.get_future().then(
+            lambda fut: _checked(fut) and self._finish_summable(payloads, wire, wire_dtype, result))
 
     def _finish_summable(self, payloads, wire, wire_dtype, result):
         with self.lock:
@@ -88,8 +108,8 @@ class Exchanger:
         c, world = self.compressor, self.world
         device = items[0][1].device
         k = len(items)
-        caps = [c.max_payload_bytes(t.numel()) for _, t in items]
-        table_bytes = 8 * k
+        caps = [_align(c.max_payload_bytes(t.numel())) for _, t in items]
+        table_bytes = _align(8 * k)
         buf = torch.empty(table_bytes + sum(caps), dtype=torch.uint8, device=device)
         sizes = []
         off = table_bytes
@@ -98,7 +118,7 @@ class Exchanger:
                 p = c.compress(t, name=name, step=step, rank=self.rank, world_size=world, prescale=1.0,
                                out=buf[off:off + cap])
                 sizes.append(p.numel())
-                off += p.numel()
+                off += _align(p.numel())
         buf[:table_bytes].view(torch.int64).copy_(torch.tensor(sizes, dtype=torch.int64))
         total = off
         if world == 1:
@@ -113,17 +133,17 @@ class Exchanger:
         else:
             send = buf[:longest]
         work = dist.all_gather(recv, send, group=self.group, async_op=True)
-        return work.get_future().then(lambda _: self._finish_gather(recv, items, result))
+        return work.get_future().then(lambda fut: _checked(fut) and self._finish_gather(recv, items, result))
 
     def _finish_gather(self, recv, items, result):
         k = len(items)
         with self.lock:
             for r, blob in enumerate(recv):
                 sizes = blob[:8 * k].view(torch.int64).tolist()
-                off = 8 * k
+                off = _align(8 * k)
                 for (name, t), size in zip(items, sizes):
                     self.compressor.decompress(blob[off:off + size], t, accumulate=(r > 0))
-                    off += size
+                    off += _align(size)
         if self.average and len(recv) > 1:
             for _, t in items:
                 t.div_(len(recv))
@@ -143,7 +163,8 @@ class Exchanger:
             return _completed_future(self._finish_python(compressed, result))
         futs = [dist.all_reduce(p, op=dist.ReduceOp.SUM, group=self.group, async_op=True).get_future()
                 for p, _, _ in compressed]
-        return torch.futures.collect_all(futs).then(lambda _: self._finish_python(compressed, result))
+        return torch.futures.collect_all(futs).then(
+            lambda fut: all(_checked(f) for f in fut.value()) and self._finish_python(compressed, result))
 
     def _finish_python(self, compressed, result):
         with self.lock:

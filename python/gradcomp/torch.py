@@ -109,7 +109,9 @@ def ddp_comm_hook(spec="topk:ratio=0.01", model=None, process_group=None, **para
 class _Context:
     def __init__(self):
         self.backend = None       # "torch" (torch.distributed) or "mpi" (gradcomp's C++ MPI communicator)
-        self.comm = None          # C++ communicator for the "mpi" backend
+        self.comm = None          # C++ communicator for the "mpi" and "runtime" backends
+        self.runtime_comm = None  # the runtime's own communicator (a split of comm)
+        self.runtime = None       # C++ fusion Runtime for the "runtime" backend
         self.rank = 0
         self.size = 1
         self.local_rank = 0
@@ -143,21 +145,32 @@ def _rendezvous_port():
 def init(backend=None, timeout_s=60.0):
     """Initializes gradcomp's process group from the MPI launcher's environment (mpirun, srun) or torchrun's.
 
-    backend: "mpi" (gradcomp's C++ MPI communicator and compressed_allreduce; default when gradcomp was built with
-    them and the process runs under mpirun), "torch" (torch.distributed: gloo, or NCCL when CUDA is available), or
-    None for the default (env GRADCOMP_BACKEND overrides).
+    backend: "runtime" (gradcomp's C++ fusion runtime over the MPI communicator), "mpi" (the C++ MPI communicator,
+    one compressed_allreduce per gradient), "torch" (torch.distributed: gloo, or NCCL when CUDA is available), or None
+    for the default: "runtime" under mpirun when the library has it, else "mpi" when it has the MPI communicator,
+    else "torch". The environment variable GRADCOMP_BACKEND overrides the default.
     """
     if _ctx.backend is not None:
         return
-    backend = backend or os.environ.get("GRADCOMP_BACKEND")
+    backend = backend or os.environ.get("GRADCOMP_BACKEND") or None
     under_mpi = "OMPI_COMM_WORLD_RANK" in os.environ or "PMI_RANK" in os.environ
     if backend is None:
-        backend = "mpi" if (under_mpi and _C.has_collectives) else "torch"
-    if backend == "mpi":
-        if not _C.has_collectives:
-            raise CommError("gradcomp.torch.init(backend='mpi'): this build of gradcomp has no MPI communicator")
+        if under_mpi and _C.has_runtime:
+            backend = "runtime"
+        elif under_mpi and _C.has_collectives:
+            backend = "mpi"
+        else:
+            backend = "torch"
+    if backend in ("mpi", "runtime"):
+        if not _C.has_collectives or (backend == "runtime" and not _C.has_runtime):
+            raise CommError(f"gradcomp.torch.init(backend='{backend}'): this build of gradcomp has no "
+                            f"{'fusion runtime' if backend == 'runtime' else 'MPI communicator'}; use backend='torch'")
         _ctx.comm = _C.make_mpi_world_communicator(timeout_s)
         _ctx.rank, _ctx.size = _ctx.comm.rank, _ctx.comm.size
+        if backend == "runtime":
+            # The runtime owns its communicator; broadcasts and metric allreduces use the world one.
+            _ctx.runtime_comm = _ctx.comm.split(0, _ctx.rank)
+            _ctx.runtime = _C.Runtime(_ctx.runtime_comm, default_spec="none", op="average", timeout_s=timeout_s)
     elif backend == "torch":
         if dist.is_initialized():
             _ctx.rank, _ctx.size = dist.get_rank(), dist.get_world_size()
@@ -197,6 +210,8 @@ def shutdown():
     """Releases the process group (init() may be called again)."""
     if _ctx.backend == "torch" and _ctx.owns_process_group and dist.is_initialized():
         dist.destroy_process_group()
+    if _ctx.runtime is not None:
+        _ctx.runtime.shutdown()
     _ctx.__init__()
 
 
@@ -225,7 +240,7 @@ def local_size():
 
 
 def backend():
-    """"mpi" (gradcomp's C++ communicator) or "torch" (torch.distributed)."""
+    """"runtime" (C++ fusion runtime), "mpi" (C++ communicator) or "torch" (torch.distributed)."""
     _require_init()
     return _ctx.backend
 
@@ -246,7 +261,7 @@ def allreduce(tensor, average=None, name=None, op=None, compression=None):
     op = _check_op(op, average)
     out = tensor.detach().clone().contiguous()
     if compression is None or compression == Compression.none:
-        if _ctx.backend == "mpi":
+        if _ctx.backend in ("mpi", "runtime"):
             _ctx.comm.allreduce(out.view(-1), op)
         else:
             dist.all_reduce(out)
@@ -266,7 +281,7 @@ def allreduce_(tensor, average=None, name=None, op=None):
 def broadcast_(tensor, root_rank, name=None):
     """In place: every rank's `tensor` becomes root_rank's."""
     _require_init()
-    if _ctx.backend == "mpi":
+    if _ctx.backend in ("mpi", "runtime"):
         if not tensor.is_contiguous():
             raise InvalidArgument(f"broadcast_('{name}'): tensor must be contiguous")
         _ctx.comm.broadcast(tensor.detach().view(-1).view(torch.uint8), root_rank)
@@ -345,7 +360,8 @@ class _Backend:
     @staticmethod
     def get():
         if _Backend._instance is None or _Backend._instance.kind != _ctx.backend:
-            _Backend._instance = _MpiBackend() if _ctx.backend == "mpi" else _TorchBackend()
+            _Backend._instance = {"mpi": _MpiBackend, "runtime": _RuntimeBackend,
+                                  "torch": _TorchBackend}[_ctx.backend]()
         return _Backend._instance
 
 
@@ -363,8 +379,36 @@ class _TorchBackend(_Backend):
         return _Handle(ex.run([(name, flat)], step))
 
 
+class _RuntimeHandle:
+    def __init__(self, handle, tensor, scale):
+        self.handle, self.tensor, self.scale = handle, tensor, scale  # the tensor stays alive until wait()
+
+    def wait(self):
+        _ctx.runtime.wait(self.handle)
+        if self.scale != 1:
+            self.tensor.mul_(self.scale)
+
+
+class _RuntimeBackend(_Backend):
+    kind = "runtime"
+
+    def allreduce(self, comp, name, flat, step, op):
+        if comp.is_python:
+            return _MpiBackend.python_allreduce(comp, name, flat, op)
+        handle = _ctx.runtime.allreduce_async(name, flat, comp.spec)
+        return _RuntimeHandle(handle, flat, _ctx.size if op == Sum else 1)
+
+
 class _MpiBackend(_Backend):
     kind = "mpi"
+
+    @staticmethod
+    def python_allreduce(comp, name, flat, op):
+        payload, ctx = comp.compress(flat, name=name)
+        payload = payload.contiguous()
+        _ctx.comm.allreduce(payload.view(-1), op)
+        flat.copy_(comp.decompress(payload, ctx).reshape(flat.shape))
+        return _Handle()
 
     def allreduce(self, comp, name, flat, step, op):
         if comp.is_python:

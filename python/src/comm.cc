@@ -17,6 +17,11 @@
 #include "gradcomp/collectives.h"
 #include "gradcomp/communicator.h"
 #endif
+#if GRADCOMP_PY_HAVE_COLLECTIVES && GRADCOMP_PY_HAVE_RUNTIME
+#include <nanobind/stl/vector.h>
+
+#include "gradcomp/runtime.h"
+#endif
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -56,10 +61,13 @@ void init_comm(nb::module_& m) {
             c.broadcast({static_cast<std::byte*>(view.data()), view.bytes()}, root);
           },
           "buffer"_a, "root"_a = 0)
-      .def("barrier", [](Communicator& c) {
-        nb::gil_scoped_release release;
-        c.barrier();
-      });
+      .def("barrier",
+           [](Communicator& c) {
+             nb::gil_scoped_release release;
+             c.barrier();
+           })
+      .def("split", &Communicator::split, "color"_a, "key"_a,
+           "A sub-communicator of the ranks with equal color, ordered by key (MPI_Comm_split).");
   m.def(
       "make_mpi_world_communicator",
       [](double timeout_s) {
@@ -93,7 +101,72 @@ void init_comm(nb::module_& m) {
 #else
   m.attr("has_collectives") = false;
 #endif
+#if GRADCOMP_PY_HAVE_COLLECTIVES && GRADCOMP_PY_HAVE_RUNTIME
+  m.attr("has_runtime") = true;
+  nb::class_<Runtime>(m, "Runtime", "The fusion runtime over one communicator (background thread).")
+      .def(
+          "__init__",
+          [](Runtime* self, Communicator& comm, std::string_view default_spec, std::string_view op,
+             double cycle_time_ms, long long fusion_threshold_bytes, std::string timeline_path, double timeout_s) {
+            RuntimeOptions options;
+            options.policy.default_spec = std::string(default_spec);
+            options.op = op_of(op);
+            if (cycle_time_ms > 0) options.cycle_time_ms = cycle_time_ms;
+            if (fusion_threshold_bytes >= 0) options.fusion_threshold_bytes = static_cast<std::size_t>(fusion_threshold_bytes);
+            if (!timeline_path.empty()) options.timeline_path = std::move(timeline_path);
+            if (timeout_s > 0) options.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
+            new (self) Runtime(comm, options);
+          },
+          "comm"_a, "default_spec"_a = "none", "op"_a = "average", "cycle_time_ms"_a = 0.0,
+          "fusion_threshold_bytes"_a = -1, "timeline_path"_a = "", "timeout_s"_a = 0.0, nb::keep_alive<1, 2>())
+      .def(
+          "allreduce_async",
+          [](Runtime& r, std::string_view name, const OutArray& tensor, std::string_view spec) {
+            const TensorView view = to_view(tensor, fmt::format("allreduce_async('{}')", name), 0);
+            nb::gil_scoped_release release;
+            return r.allreduce_async(name, view, spec).id;
+          },
+          "name"_a, "tensor"_a, "spec"_a = "",
+          "Enqueues an in-place allreduce; returns a handle id for wait(). Keep the tensor alive until then.")
+      .def(
+          "wait",
+          [](Runtime& r, std::uint64_t id) {
+            nb::gil_scoped_release release;
+            r.wait(Handle{id});
+          },
+          "handle"_a)
+      .def("poll", [](const Runtime& r, std::uint64_t id) { return r.poll(Handle{id}); }, "handle"_a)
+      .def("synchronize",
+           [](Runtime& r) {
+             nb::gil_scoped_release release;
+             r.synchronize();
+           })
+      .def("shutdown",
+           [](Runtime& r) {
+             nb::gil_scoped_release release;
+             r.shutdown();
+           })
+      .def("residual", &Runtime::residual, "name"_a)
+      .def("stats",
+           [](const Runtime& r) {
+             const RuntimeStats s = r.stats();
+             nb::dict d;
+             d["cycles"] = s.cycles;
+             d["tensors"] = s.tensors;
+             d["messages"] = s.messages;
+             d["input_bytes"] = s.input_bytes;
+             d["wire_bytes"] = s.wire_bytes;
+             d["compression_ratio"] = s.compression_ratio();
+             d["compress_s"] = s.compress_s;
+             d["communicate_s"] = s.communicate_s;
+             d["decompress_s"] = s.decompress_s;
+             return d;
+           })
+      .def_prop_ro("rank", &Runtime::rank)
+      .def_prop_ro("size", &Runtime::size);
+#else
   m.attr("has_runtime") = false;
+#endif
 }
 
 }  // namespace gradcomp::python

@@ -30,7 +30,8 @@ std::vector<FusionGroup> plan_fusion(const std::vector<ReadyTensor>& ready, std:
     const Signature& sig = ready[i].signature;
     const std::size_t bytes = sig.numel * dtype_size(sig.dtype);
     FusionGroup* target = nullptr;
-    if (threshold > 0 && bytes < threshold && fusible(i)) {
+    const bool can_fuse = threshold > 0 && bytes < threshold && fusible(i);
+    if (can_fuse) {
       for (std::size_t g : open) {
         FusionGroup& group = groups[g];
         const Signature& head = ready[group.members.front()].signature;
@@ -41,13 +42,15 @@ std::vector<FusionGroup> plan_fusion(const std::vector<ReadyTensor>& ready, std:
       }
     }
     if (target == nullptr) {
-      // Close any open group of the same kind (it is full for this tensor), then start a new one.
-      std::erase_if(open, [&](std::size_t g) {
-        const Signature& head = ready[groups[g].members.front()].signature;
-        return head.dtype == sig.dtype && head.device == sig.device && head.spec == sig.spec;
-      });
+      if (can_fuse) {
+        // The open group of this kind is full for this tensor: close it; the tensor starts the next one.
+        std::erase_if(open, [&](std::size_t g) {
+          const Signature& head = ready[groups[g].members.front()].signature;
+          return head.dtype == sig.dtype && head.device == sig.device && head.spec == sig.spec;
+        });
+      }
       groups.push_back(FusionGroup{{}, {}, 0, 0, sig.dtype, sig.spec});
-      if (threshold > 0 && bytes < threshold && fusible(i)) open.push_back(groups.size() - 1);
+      if (can_fuse) open.push_back(groups.size() - 1);
       target = &groups.back();
     }
     target->members.push_back(i);

@@ -1,7 +1,6 @@
 """DDP with gradcomp's comm hook on gloo (2 and 4 ranks, torch.multiprocessing): every step, each parameter's
 averaged gradient equals what gradcomp's codecs produce when each rank's local gradient is compressed (with that
 rank's own residual state) and the results are averaged; the model trains and the ranks stay identical."""
-import copy
 import os
 
 import pytest
@@ -15,40 +14,6 @@ import gradcomp.torch as gct
 import helpers
 
 STEPS = 4
-
-
-def _expected_grads(spec, ref_comps, model, batches, step, world):
-    """The reference: each rank's local gradient through that rank's own compressor, decoded and averaged."""
-    local = []
-    for r in range(world):
-        m = copy.deepcopy(model)
-        m.zero_grad()
-        helpers.loss_of(m, batches[r]).backward()
-        local.append({n: p.grad.detach().clone().view(-1) for n, p in m.named_parameters()})
-    expected = {}
-    for name, p in model.named_parameters():
-        acc = torch.zeros(p.numel())
-        for r in range(world):
-            c = ref_comps[r]
-            if c.is_python:
-                payload, ctx = c.compress(local[r][name], name=name)
-                acc += c.decompress(payload / world, ctx)
-                continue
-            summable = c.traits["summable"]
-            payload = c.compress(local[r][name], name=name, step=step, rank=r, world_size=world,
-                                 prescale=1.0 / world if summable else 1.0)
-            out = torch.zeros(p.numel())
-            c.decompress(payload, out)
-            acc += out
-        expected[name] = acc if (c.is_python or c.traits["summable"]) else acc / world
-    return expected
-
-
-def _tolerance(spec):
-    name = spec.split(":")[0]
-    if name in ("fp16", "bf16", "pyhalf"):
-        return 2e-2 if name == "bf16" else 2e-3
-    return 1e-5
 
 
 def _worker(rank, world, port, specs, bucket_cap_mb):
@@ -65,17 +30,12 @@ def _worker(rank, world, port, specs, bucket_cap_mb):
         calls_before = helpers.HalfPrecision.calls
         for step in range(STEPS):
             batches = [helpers.make_batch(step, r) for r in range(world)]
-            expected = _expected_grads(spec, ref_comps, model, batches, step, world)
+            expected = helpers.expected_grads(ref_comps, model, batches, step, world)
             opt.zero_grad()
             loss = helpers.loss_of(ddp, batches[rank])
             loss.backward()
             losses.append(float(loss))
-            for name, p in model.named_parameters():
-                got = p.grad.view(-1)
-                scale = float(expected[name].abs().max()) + 1e-12
-                err = float((got - expected[name]).abs().max()) / scale
-                assert err <= _tolerance(spec), (
-                    f"rank {rank} spec {spec} step {step} param {name}: relative error {err:.3g}")
+            helpers.assert_grads_match(model, expected, spec, rank, step)
             opt.step()
         assert state.step == STEPS, f"{spec}: hook counted {state.step} steps, expected {STEPS}"
         if spec == "pyhalf":

@@ -1,0 +1,237 @@
+// Runtime pieces that do not communicate: policy globs, fusion planning, the arena, the timeline writer, and the
+// negotiator driven by hand for several simulated ranks.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "gradcomp/error.h"
+#include "src/runtime/fusion.h"
+#include "src/runtime/negotiator.h"
+#include "src/runtime/policy.h"
+#include "src/runtime/timeline.h"
+#include "tests/runtime/json_check.h"
+
+namespace gradcomp::runtime {
+namespace {
+
+TEST(Policy, GlobMatch) {
+  EXPECT_TRUE(glob_match("*.bias", "layer1.conv.bias"));
+  EXPECT_FALSE(glob_match("*.bias", "layer1.conv.weight"));
+  EXPECT_TRUE(glob_match("*", ""));
+  EXPECT_TRUE(glob_match("layer?.w", "layer3.w"));
+  EXPECT_FALSE(glob_match("layer?.w", "layer10.w"));
+  EXPECT_TRUE(glob_match("a*b*c", "aXXbYYbc"));
+  EXPECT_FALSE(glob_match("a*b*c", "aXXbYYbd"));
+  EXPECT_TRUE(glob_match("exact", "exact"));
+  EXPECT_FALSE(glob_match("exact", "exactly"));
+  EXPECT_TRUE(glob_match("**x", "x"));
+}
+
+TEST(Policy, ResolveFirstMatchMinimumAndDefault) {
+  CompressionPolicy policy;
+  policy.rules = {{"*.bias", "none"}, {"fc.*", "fp16"}, {"*", "topk:ratio=0.01"}};
+  policy.default_spec = "qsgd";
+  policy.min_compress_bytes = 1024;
+  EXPECT_EQ(resolve_spec(policy, "conv.bias", 1 << 20), "none");
+  EXPECT_EQ(resolve_spec(policy, "fc.weight", 1 << 20), "fp16");
+  EXPECT_EQ(resolve_spec(policy, "conv.weight", 1 << 20), "topk:ratio=0.01");
+  EXPECT_EQ(resolve_spec(policy, "conv.weight", 1000), "none");  // under the minimum: dense
+  policy.rules.pop_back();
+  EXPECT_EQ(resolve_spec(policy, "conv.weight", 4096), "qsgd");
+}
+
+TEST(Policy, ErrorFeedbackRewrite) {
+  EXPECT_EQ(with_error_feedback("topk:ratio=0.01", false), "topk:ratio=0.01,ef=off");
+  EXPECT_EQ(with_error_feedback("topk:ef=on,ratio=0.5", false), "topk:ef=off,ratio=0.5");
+  EXPECT_EQ(with_error_feedback("topk", true), "topk:ef=on");
+  EXPECT_EQ(canonical_spec("auto"), "auto");
+  EXPECT_THROW(canonical_spec("no_such_codec"), InvalidArgument);
+}
+
+ReadyTensor tensor(const std::string& name, std::size_t numel, const std::string& spec = "none",
+                   DType dtype = DType::kF32) {
+  return ReadyTensor{name, Signature{numel, dtype, Device::cpu(), spec}};
+}
+
+TEST(Fusion, PacksUpToThresholdPerKind) {
+  std::vector<ReadyTensor> ready = {tensor("a", 100), tensor("b", 100, "topk"), tensor("c", 100),
+                                    tensor("d", 100), tensor("e", 1000), tensor("f", 100, "none", DType::kF16)};
+  auto all = [](std::size_t) { return true; };
+  // 1000 bytes: a (400) + c (400) fit, d would make 1200 -> new group.
+  auto groups = plan_fusion(ready, 1000, all);
+  ASSERT_EQ(groups.size(), 5u);
+  EXPECT_EQ(groups[0].members, (std::vector<std::size_t>{0, 2}));
+  EXPECT_EQ(groups[0].offsets, (std::vector<std::size_t>{0, 100}));
+  EXPECT_EQ(groups[0].bytes, 800u);
+  EXPECT_EQ(groups[1].members, (std::vector<std::size_t>{1}));
+  EXPECT_EQ(groups[2].members, (std::vector<std::size_t>{3}));
+  EXPECT_EQ(groups[3].members, (std::vector<std::size_t>{4}));  // larger than the threshold: alone
+  EXPECT_EQ(groups[4].members, (std::vector<std::size_t>{5}));
+  // A large threshold puts every f32/none tensor together.
+  groups = plan_fusion(ready, 1 << 20, all);
+  ASSERT_EQ(groups.size(), 3u);
+  EXPECT_EQ(groups[0].members, (std::vector<std::size_t>{0, 2, 3, 4}));
+  EXPECT_EQ(groups[0].numel, 1300u);
+  // Threshold 0: no fusion at all.
+  EXPECT_EQ(plan_fusion(ready, 0, all).size(), ready.size());
+  // Non-fusible tensors travel alone.
+  groups = plan_fusion(ready, 1 << 20, [](std::size_t i) { return i != 2; });
+  EXPECT_EQ(groups[0].members, (std::vector<std::size_t>{0, 3, 4}));
+}
+
+TEST(Fusion, ArenaIsReused) {
+  FusionArena arena;
+  std::byte* first = arena.get(1000);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(first) % 64, 0u);
+  EXPECT_EQ(arena.get(500), first);
+  EXPECT_EQ(arena.get(1000), first);
+  EXPECT_EQ(arena.allocations(), 1u);
+  arena.get(5000);
+  EXPECT_EQ(arena.allocations(), 2u);
+}
+
+TEST(Timeline, WritesValidChromeTrace) {
+  const std::string path = ::testing::TempDir() + "/gradcomp_timeline_unit.json";
+  {
+    Timeline timeline;
+    timeline.open(path, 3);
+    const auto t0 = Clock::now();
+    timeline.event("negotiate", "negotiate", 0, t0, t0 + std::chrono::microseconds(5));
+    timeline.event("we\"ird\nname", "queue", 2, t0, t0 + std::chrono::microseconds(7), "{\"bytes\":10}");
+    timeline.close();
+    timeline.event("dropped", "x", 0, t0, t0);
+  }
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  testing::Json json = testing::JsonParser(text.str()).parse();
+  const auto& events = json.at("traceEvents").array;
+  ASSERT_EQ(events.size(), 3u);  // metadata + 2
+  EXPECT_EQ(events[1].at("name").string, "negotiate");
+  EXPECT_EQ(events[1].at("ph").string, "X");
+  EXPECT_EQ(events[1].at("pid").number, 3);
+  EXPECT_NEAR(events[1].at("dur").number, 5.0, 0.01);
+  EXPECT_EQ(events[2].at("name").string, "we\"ird\nname");
+  EXPECT_EQ(events[2].at("args").at("bytes").number, 10);
+  std::remove(path.c_str());
+}
+
+// Drives `ranks` negotiators through one cycle exactly as the runtime does over a communicator.
+std::vector<CycleDecision> run_cycle(std::vector<Negotiator>& ranks, std::vector<bool> shutdown = {},
+                                     std::uint64_t expire_before = 0) {
+  const int n = static_cast<int>(ranks.size());
+  std::vector<std::byte> all;
+  for (int r = 0; r < n; ++r) {
+    auto message = ranks[r].make_message(!shutdown.empty() && shutdown[r], expire_before);
+    all.insert(all.end(), message.begin(), message.end());
+  }
+  std::vector<CycleSummary> summaries;
+  for (int r = 0; r < n; ++r) summaries.push_back(ranks[r].summarize(all));
+  std::vector<std::vector<std::byte>> blobs;
+  if (summaries[0].any_announcements) {
+    for (int r = 0; r < n; ++r) blobs.push_back(ranks[r].take_announcements());
+  }
+  std::vector<CycleDecision> decisions;
+  for (int r = 0; r < n; ++r) decisions.push_back(ranks[r].decide(summaries[r], blobs));
+  return decisions;
+}
+
+std::vector<std::string> names(const CycleDecision& decision) {
+  std::vector<std::string> out;
+  for (const auto& ready : decision.ready) out.push_back(ready.name);
+  return out;
+}
+
+std::vector<Negotiator> make_ranks(int n) {
+  std::vector<Negotiator> ranks;
+  for (int r = 0; r < n; ++r) ranks.emplace_back(r, n, 16);
+  return ranks;
+}
+
+TEST(Negotiator, ReadyOnlyWhenEveryRankSubmittedThenCached) {
+  auto ranks = make_ranks(3);
+  const Signature sig{10, DType::kF32, Device::cpu(), "none"};
+  ranks[0].add_pending("b", sig);
+  ranks[0].add_pending("a", sig);
+  ranks[1].add_pending("a", sig);
+  auto d = run_cycle(ranks);
+  for (auto& decision : d) EXPECT_TRUE(decision.ready.empty());
+  ranks[2].add_pending("a", sig);
+  ranks[1].add_pending("b", sig);
+  ranks[2].add_pending("b", sig);
+  d = run_cycle(ranks);
+  for (auto& decision : d) EXPECT_EQ(names(decision), (std::vector<std::string>{"a", "b"}));  // first announced first
+  for (auto& rank : ranks) {
+    rank.remove_pending("a");
+    rank.remove_pending("b");
+    EXPECT_EQ(rank.cached(), 2u);
+  }
+  // Steady state: cached names need only the bit vector (no announcements), in slot order whatever the local order.
+  ranks[0].add_pending("b", sig);
+  ranks[1].add_pending("a", sig);
+  ranks[1].add_pending("b", sig);
+  ranks[2].add_pending("b", sig);
+  std::vector<std::byte> all;
+  for (auto& rank : ranks) {
+    auto message = rank.make_message(false, 0);
+    all.insert(all.end(), message.begin(), message.end());
+  }
+  EXPECT_FALSE(ranks[0].summarize(all).any_announcements);
+  d = run_cycle(ranks);
+  for (auto& decision : d) EXPECT_EQ(names(decision), (std::vector<std::string>{"b"}));
+}
+
+TEST(Negotiator, MismatchFailsOnEveryRankNamingBothSides) {
+  auto ranks = make_ranks(2);
+  ranks[0].add_pending("w", Signature{10, DType::kF32, Device::cpu(), "none"});
+  ranks[1].add_pending("w", Signature{20, DType::kF32, Device::cpu(), "none"});
+  auto d = run_cycle(ranks);
+  for (auto& decision : d) {
+    EXPECT_TRUE(decision.ready.empty());
+    ASSERT_EQ(decision.failed.size(), 1u);
+    EXPECT_FALSE(decision.failed[0].timeout);
+    EXPECT_NE(decision.failed[0].message.find("f32[10]"), std::string::npos);
+    EXPECT_NE(decision.failed[0].message.find("f32[20]"), std::string::npos);
+  }
+}
+
+TEST(Negotiator, MismatchOfACachedNameEvictsAndFails) {
+  auto ranks = make_ranks(2);
+  const Signature small{10, DType::kF32, Device::cpu(), "none"};
+  for (auto& rank : ranks) rank.add_pending("w", small);
+  auto d = run_cycle(ranks);
+  ASSERT_EQ(d[0].ready.size(), 1u);
+  for (auto& rank : ranks) rank.remove_pending("w");
+  ranks[0].add_pending("w", small);
+  ranks[1].add_pending("w", Signature{99, DType::kF32, Device::cpu(), "none"});
+  d = run_cycle(ranks);  // rank 1 announces; the slot is evicted everywhere
+  for (auto& decision : d) EXPECT_TRUE(decision.ready.empty() && decision.failed.empty());
+  d = run_cycle(ranks);  // rank 0 re-announces: both sides known
+  for (auto& decision : d) {
+    ASSERT_EQ(decision.failed.size(), 1u);
+    EXPECT_NE(decision.failed[0].message.find("f32[99]"), std::string::npos);
+  }
+}
+
+TEST(Negotiator, ExpiryAndShutdown) {
+  auto ranks = make_ranks(2);
+  const Signature sig{10, DType::kF32, Device::cpu(), "none"};
+  ranks[0].add_pending("lonely", sig);
+  auto d = run_cycle(ranks);
+  EXPECT_TRUE(d[0].failed.empty());
+  d = run_cycle(ranks, {}, /*expire_before=*/1);  // rank 0's clock says cycle 0 is too old
+  for (auto& decision : d) {
+    ASSERT_EQ(decision.failed.size(), 1u);
+    EXPECT_TRUE(decision.failed[0].timeout);
+    EXPECT_NE(decision.failed[0].message.find("rank(s) 1"), std::string::npos);
+  }
+  d = run_cycle(ranks, {true, false});
+  EXPECT_FALSE(d[0].shutdown);
+  d = run_cycle(ranks, {true, true});
+  EXPECT_TRUE(d[0].shutdown && d[1].shutdown);
+}
+
+}  // namespace
+}  // namespace gradcomp::runtime
