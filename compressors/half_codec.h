@@ -58,9 +58,12 @@ class HalfCodec final : public ErrorFeedbackCompressor {
     quantize::check_header(view, name(), 0, 0, 0, 1);
     quantize::check_section(view, name(), 0, numel * sizeof(std::uint16_t), "value");
     const auto* body = reinterpret_cast<const std::uint16_t*>(view.sections[0].data());
+    const bool stream = kernels::use_stream_stores(out, numel, accumulate);
     kernels::parallel_chunks(numel, kernels::kParallelChunk, threads(),
                              [&](std::size_t, std::size_t begin, std::size_t end) {
-                               kernels::half_decode_range<kFormat>(body + begin, end - begin, out + begin, accumulate);
+                               kernels::half_decode_range<kFormat>(body + begin, end - begin, out + begin, accumulate,
+                                                                   stream);
+                               kernels::stream_fence(stream);
                              });
   }
 

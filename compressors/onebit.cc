@@ -11,6 +11,7 @@
 #include "kernels/bucket_reduce.h"
 #include "kernels/cpu_parallel.h"
 #include "kernels/onebit_ops.cuh"
+#include "kernels/stream_store.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -76,7 +77,7 @@ void encode_signs(const float* g, float* r, std::size_t n, float scale, std::uin
   }
 }
 
-void decode_signs(const std::uint8_t* bits, std::size_t n, float scale, float* out, bool accumulate) {
+void decode_signs(const std::uint8_t* bits, std::size_t n, float scale, float* out, bool accumulate, bool stream) {
   std::size_t i = 0;
 #if defined(__AVX2__)
   const __m256 v_scale = _mm256_set1_ps(scale);
@@ -85,8 +86,10 @@ void decode_signs(const std::uint8_t* bits, std::size_t n, float scale, float* o
     const __m256i set = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(bits[i / 8]), lane_bit), lane_bit);
     __m256 value = _mm256_xor_ps(v_scale, _mm256_castsi256_ps(_mm256_slli_epi32(set, 31)));  // = onebit_decode
     if (accumulate) value = _mm256_add_ps(_mm256_loadu_ps(out + i), value);
-    _mm256_storeu_ps(out + i, value);
+    kernels::store8(out + i, value, stream);
   }
+#else
+  (void)stream;
 #endif
   for (; i < n; ++i) {
     const float value = kernels::onebit_decode((bits[i / 8] >> (i % 8)) & 1u, scale);
@@ -155,12 +158,14 @@ class OneBitCompressor final : public ErrorFeedbackCompressor {
     scales_.resize(buckets);
     quantize::read_scales(view, "onebit", 0, buckets, scales_.data());
     const auto* bits = reinterpret_cast<const std::uint8_t*>(view.sections[1].data());
+    const bool stream = kernels::use_stream_stores(out, numel, accumulate);
     kernels::parallel_chunks(numel, quantize::bucket_chunk(bucket_), threads(),
                              [&](std::size_t, std::size_t begin, std::size_t end) {
                                for (std::size_t b0 = begin; b0 < end; b0 += bucket_) {
                                  decode_signs(bits + b0 / 8, std::min(end, b0 + bucket_) - b0, scales_[b0 / bucket_],
-                                              out + b0, accumulate);
+                                              out + b0, accumulate, stream);
                                }
+                               kernels::stream_fence(stream);
                              });
   }
 

@@ -108,12 +108,14 @@ class QsgdCompressor final : public ErrorFeedbackCompressor {
     scales_.resize(buckets);
     quantize::read_scales(view, "qsgd", 0, buckets, scales_.data());
     const auto* packed = reinterpret_cast<const std::uint8_t*>(view.sections[1].data());
+    const bool stream = kernels::use_stream_stores(out, numel, accumulate);
     kernels::parallel_chunks(numel, quantize::bucket_chunk(bucket_), threads(),
                              [&](std::size_t, std::size_t begin, std::size_t end) {
                                for (std::size_t b0 = begin; b0 < end; b0 += bucket_) {
                                  kernels::signmag_decode_range(packed, b0, std::min(end, b0 + bucket_),
-                                                               scales_[b0 / bucket_], bits_, out, accumulate);
+                                                               scales_[b0 / bucket_], bits_, out, accumulate, stream);
                                }
+                               kernels::stream_fence(stream);
                              });
   }
 

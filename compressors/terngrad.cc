@@ -132,12 +132,14 @@ class TernGradCompressor final : public ErrorFeedbackCompressor {
     quantize::read_scales(view, "terngrad", 0, buckets, scales_.data());
     const auto* packed = reinterpret_cast<const std::uint8_t*>(view.sections[1].data());
     const std::size_t chunk = bucket_ ? quantize::bucket_chunk(bucket) : kernels::kParallelChunk;
+    const bool stream = kernels::use_stream_stores(out, numel, accumulate);
     kernels::parallel_chunks(numel, chunk, threads(), [&](std::size_t, std::size_t begin, std::size_t end) {
       for (std::size_t b0 = begin; b0 < end;) {
         const std::size_t b1 = std::min(end, (b0 / bucket + 1) * bucket);
-        kernels::signmag_decode_range(packed, b0, b1, scales_[b0 / bucket], kBits, out, accumulate);
+        kernels::signmag_decode_range(packed, b0, b1, scales_[b0 / bucket], kBits, out, accumulate, stream);
         b0 = b1;
       }
+      kernels::stream_fence(stream);
     });
   }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/fp16_ops.cuh"
+#include "kernels/stream_store.h"
 
 #if defined(__F16C__) && defined(__AVX2__)
 #include <immintrin.h>
@@ -92,18 +93,28 @@ std::size_t half_encode_range(const float* g, float* r, std::size_t n, float pre
   return half_encode_scalar<kFormat>(g, r, n, prescale, out);
 }
 
-// out[i] (+)= decode(in[i]) for i in [0, n).
+// out[i] (+)= decode(in[i]) for i in [0, n); `stream`: non-temporal stores (see use_stream_stores; caller fences).
 template <HalfFormat kFormat>
-void half_decode_range(const std::uint16_t* in, std::size_t n, float* out, bool accumulate) {
+void half_decode_range(const std::uint16_t* in, std::size_t n, float* out, bool accumulate, bool stream = false) {
   std::size_t i = 0;
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) {
+    __m256 x;
+    if constexpr (kFormat == HalfFormat::kF16) {
 #if GRADCOMP_HAVE_F16C
-  if constexpr (kFormat == HalfFormat::kF16) {
-    for (; i + 8 <= n; i += 8) {
-      __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
-      if (accumulate) x = _mm256_add_ps(x, _mm256_loadu_ps(out + i));
-      _mm256_storeu_ps(out + i, x);
+      x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i)));
+#else
+      break;
+#endif
+    } else {  // bf16: the 16 bits become the top half of an f32
+      const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+      x = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     }
+    if (accumulate) x = _mm256_add_ps(x, _mm256_loadu_ps(out + i));
+    store8(out + i, x, stream);
   }
+#else
+  (void)stream;
 #endif
   if (accumulate) {
     for (; i < n; ++i) out[i] += half_decode<kFormat>(in[i]);

@@ -13,6 +13,7 @@
 #include "kernels/bitpack_ops.cuh"
 #include "kernels/philox_cpu.h"
 #include "kernels/qsgd_ops.cuh"
+#include "kernels/stream_store.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -91,7 +92,7 @@ inline void quantize_tile(const float* g, float* r, std::size_t n, const std::ui
 
 // out (+)= decoded codes of n <= kSignMagTile elements from `packed_tile` (8 readable spare bytes).
 inline void dequantize_tile(const std::uint8_t* packed_tile, std::size_t n, float unit, unsigned bits, float* out,
-                            bool accumulate) {
+                            bool accumulate, bool stream) {
   std::size_t i = 0;
 #if defined(__AVX2__)
   const int b = static_cast<int>(bits);
@@ -107,8 +108,10 @@ inline void dequantize_tile(const std::uint8_t* packed_tile, std::size_t n, floa
     const __m256i sign = _mm256_slli_epi32(_mm256_srli_epi32(code, b - 1), 31);
     __m256 value = _mm256_xor_ps(magnitude, _mm256_castsi256_ps(sign));
     if (accumulate) value = _mm256_add_ps(_mm256_loadu_ps(out + i), value);
-    _mm256_storeu_ps(out + i, value);
+    store8(out + i, value, stream);
   }
+#else
+  (void)stream;
 #endif
   std::uint8_t codes[8];
   for (; i < n; i += 8) {
@@ -155,9 +158,10 @@ inline void signmag_nonfinite_range(const float* g, float* r, std::size_t begin,
   std::memset(packed + begin / 8 * bits, 0, packed_bytes(end - begin, bits));
 }
 
-// Decodes codes [begin, end) (begin a multiple of 8) of one bucket with wire `scale` into out (= or +=).
+// Decodes codes [begin, end) (begin a multiple of 8) of one bucket with wire `scale` into out (= or +=); `stream`:
+// non-temporal stores (see use_stream_stores; the caller fences).
 inline void signmag_decode_range(const std::uint8_t* packed, std::size_t begin, std::size_t end, float scale,
-                                 unsigned bits, float* out, bool accumulate) {
+                                 unsigned bits, float* out, bool accumulate, bool stream = false) {
   const float unit = signmag_unit(scale, signmag_levels(bits));
   alignas(64) std::uint8_t tile[kSignMagTile + 16];
   for (std::size_t t0 = begin; t0 < end; t0 += kSignMagTile) {
@@ -165,7 +169,7 @@ inline void signmag_decode_range(const std::uint8_t* packed, std::size_t begin, 
     const std::size_t bytes = packed_bytes(n, bits);
     std::memcpy(tile, packed + t0 / 8 * bits, bytes);
     std::memset(tile + bytes, 0, 16);
-    detail::dequantize_tile(tile, n, unit, bits, out + t0, accumulate);
+    detail::dequantize_tile(tile, n, unit, bits, out + t0, accumulate, stream);
   }
 }
 
