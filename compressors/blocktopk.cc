@@ -53,7 +53,7 @@ class BlockTopKCompressor final : public ErrorFeedbackCompressor {
                    args.ctx->name, n, kMaxIndexable);
     const std::size_t blocks = block_count(n, block_);
     const std::size_t kb = kernels::k_of_ratio(ratio_, blocks);
-    // Pass 1 (fused with error feedback): squared L2 norm of each block, summed in element order in f32, and its
+    // Pass 1 (fused with error feedback): squared L2 norm of each block, summed in element order in f32 with fused multiply-adds, and its
     // key (the norm's bits; NaN ranks above inf). Chunks are whole blocks.
     norm_keys_.resize(blocks);
     float* residual = args.residual;
@@ -70,7 +70,7 @@ class BlockTopKCompressor final : public ErrorFeedbackCompressor {
                                      v = kernels::ef_accumulate(residual[i], v);
                                      residual[i] = v;
                                    }
-                                   sum += v * v;
+                                   sum = kernels::block_norm_step(sum, v);
                                  }
                                  norm_keys_[b] = kernels::magnitude_key(sum);
                                }

@@ -93,20 +93,50 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
       if (norm > clip_) scale = static_cast<float>(clip_ / norm);
     }
 
+    const double density = kernels::dgc_density(args.ctx->step, warmup_steps_, ratio_);
+    const std::size_t k = kernels::k_of_ratio(density, n);
+    // Stratified sample of |v| for the threshold: ceil(sample * chunk length) uniform positions inside each fixed
+    // 64K-element chunk, drawn right after that chunk is updated (still in cache) from the Philox stream of
+    // (tensor, step) with the chunk's first element index as counter base: identical for every rank and thread count.
+    const std::size_t chunk = kernels::kParallelChunk;
+    const std::size_t full_draws = draws_for(chunk);
+    const std::size_t chunks = (n + chunk - 1) / chunk;
+    const std::size_t total_draws = n == 0 ? 0 : (chunks - 1) * full_draws + draws_for(n - (chunks - 1) * chunk);
+    const bool sampled = k < n && total_draws >= kMinSample;
+    sample_keys_.resize(sampled ? total_draws : 0);
+    const auto stream =
+        kernels::PhiloxStream::make(0, args.tensor_key ^ kernels::kDgcSampleStreamSalt, args.ctx->step);
+
     // Momentum correction + accumulation: one pass over g, u, v.
     const float m = momentum_;
     const bool nesterov = nesterov_;
     kernels::parallel_chunks(n, kernels::kParallelChunk, args.threads,
-                             [&](std::size_t, std::size_t begin, std::size_t end) {
-                               for (std::size_t i = begin; i < end; ++i) {
-                                 const float g = scale == 1.0f ? grad[i] : grad[i] * scale;
-                                 kernels::dgc_accumulate(g, m, nesterov, u[i], v[i]);
+                             [&](std::size_t c, std::size_t begin, std::size_t end) {
+                               // Branches hoisted out of the loop so each variant vectorizes.
+                               if (scale == 1.0f && !nesterov) {
+                                 for (std::size_t i = begin; i < end; ++i) {
+                                   kernels::dgc_accumulate(grad[i], m, false, u[i], v[i]);
+                                 }
+                               } else if (scale == 1.0f) {
+                                 for (std::size_t i = begin; i < end; ++i) {
+                                   kernels::dgc_accumulate(grad[i], m, true, u[i], v[i]);
+                                 }
+                               } else {
+                                 for (std::size_t i = begin; i < end; ++i) {
+                                   kernels::dgc_accumulate(grad[i] * scale, m, nesterov, u[i], v[i]);
+                                 }
+                               }
+                               if (sampled) {
+                                 const std::size_t length = end - begin, draws = draws_for(length);
+                                 std::uint32_t* keys = sample_keys_.data() + c * full_draws;
+                                 for (std::size_t j = 0; j < draws; ++j) {
+                                   const std::uint64_t offset = kernels::uniform_below32(stream.bits(begin + j), length);
+                                   keys[j] = kernels::magnitude_key(v[begin + offset]);
+                                 }
                                }
                              });
 
-    const double density = kernels::dgc_density(args.ctx->step, warmup_steps_, ratio_);
-    const std::size_t k = kernels::k_of_ratio(density, n);
-    select(v, n, k, args, state);
+    select(v, n, k, sampled, args, state);
 
     const auto sections =
         sparse::write_index_value_header(payload::CodecId::kDgc, n, args.original_dtype, selected_.size(),
@@ -134,25 +164,22 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
 
  private:
   // Fills selected_ (ascending) with the step's selection and records the diagnostics scalars.
-  void select(const float* v, std::size_t n, std::size_t k, const EncodeArgs& args, TensorState& state) {
+  // Elements sampled from a chunk of `length` elements.
+  std::size_t draws_for(std::size_t length) const {
+    return static_cast<std::size_t>(std::ceil(sample_ * static_cast<double>(length)));
+  }
+
+  // Fills selected_ (ascending) with the step's selection from the sampled keys (or exactly when !sampled) and
+  // records the diagnostics scalars.
+  void select(const float* v, std::size_t n, std::size_t k, bool sampled, const EncodeArgs& args, TensorState& state) {
     state.scalars.assign(kDgcScalarCount, 0.0);
     state.scalars[kDgcTargetK] = static_cast<double>(k);
-    const std::size_t samples =
-        std::min(n, std::max(kMinSample, static_cast<std::size_t>(std::ceil(sample_ * static_cast<double>(n)))));
-    if (k >= n || samples * 2 > n) {  // small tensor: exact selection is as cheap as sampling
+    if (!sampled) {  // k >= n, or a small tensor: exact selection is as cheap as sampling
       kernels::select_topk(v, n, k, args.threads, selected_);
       state.scalars[kDgcPath] = 2;
       return;
     }
-    // Threshold from the sample: positions drawn uniformly (with replacement) from the Philox stream of
-    // (tensor, step), so every rank and thread count agrees.
-    const auto stream =
-        kernels::PhiloxStream::make(0, args.tensor_key ^ kernels::kDgcSampleStreamSalt, args.ctx->step);
-    sample_keys_.resize(samples);
-    for (std::size_t s = 0; s < samples; ++s) {
-      const std::uint64_t position = kernels::uniform_below(kernels::philox_bits64(stream, s), n);
-      sample_keys_[s] = kernels::magnitude_key(v[position]);
-    }
+    const std::size_t samples = sample_keys_.size();
     const double scaled = static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
     const std::size_t sample_k = std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(scaled)), 1, samples);
     std::nth_element(sample_keys_.begin(), sample_keys_.begin() + static_cast<std::ptrdiff_t>(sample_k - 1),

@@ -7,6 +7,7 @@
 // ranks before element j when key_i > key_j, or key_i == key_j and i < j. The same rule ranks blocks by their norm key.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/half_ops.cuh"
@@ -48,6 +49,11 @@ GRADCOMP_HOST_DEVICE std::uint64_t uniform_below(std::uint64_t bits, std::uint64
 #endif
 }
 
+// Uniform integer in [0, bound) from 32 random bits (multiply-shift); bound <= 2^32.
+GRADCOMP_HOST_DEVICE std::uint64_t uniform_below32(std::uint32_t bits, std::uint64_t bound) {
+  return (static_cast<std::uint64_t>(bits) * bound) >> 32;
+}
+
 // 64 random bits of draw `j` of a stream (draw j uses the lanes 2(j mod 2), 2(j mod 2)+1 of Philox block j/2).
 GRADCOMP_HOST_DEVICE std::uint64_t philox_bits64(const PhiloxStream& stream, std::uint64_t j) {
   const Philox4 block = stream.block(j >> 1);
@@ -87,15 +93,20 @@ GRADCOMP_HOST_DEVICE std::uint16_t sparse_value_to_half(float value, bool& satur
 // DGC momentum correction of one element (Lin et al. 2018, Alg. 1 with the official implementation's Nesterov form):
 //   plain:    u = m*u + g;      v += u
 //   nesterov: u = m*(u + g);    v += u + g
+// m*u + g is one explicit fused multiply-add, so the result does not depend on whether a compiler contracts it
+// (GCC does by default for C++, nvcc too): CPU and GPU give the same bits.
 GRADCOMP_HOST_DEVICE void dgc_accumulate(float grad, float momentum, bool nesterov, float& u, float& v) {
   if (nesterov) {
     u = momentum * (u + grad);
     v = v + (u + grad);
   } else {
-    u = momentum * u + grad;
+    u = fmaf(momentum, u, grad);
     v = v + u;
   }
 }
+
+// One step of a block's squared L2 norm: sum + x*x as an explicit fused multiply-add (same bits on CPU and GPU).
+GRADCOMP_HOST_DEVICE float block_norm_step(float sum, float x) { return fmaf(x, x, sum); }
 
 // DGC warm-up density of `step`: stage s = step / warmup_steps uses 0.25 / 4^s for s < 4 (25%, 6.25%, 1.5625%,
 // 0.390625%), then `ratio`. Never sparser than `ratio`. warmup_steps == 0 disables the warm-up.

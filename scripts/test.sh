@@ -51,9 +51,10 @@ else
 fi
 
 echo "[test] configure $build_dir (${cmake_flags[*]})"
+mkdir -p "$build_dir"
 cmake -S . -B "$build_dir" -G Ninja "${cmake_flags[@]}" \
-  -DGRADCOMP_WITH_PYTHON=ON -DPython_EXECUTABLE="$GRADCOMP_VENV/bin/python" >"$build_dir.configure.log" 2>&1 \
-  || { cat "$build_dir.configure.log"; exit 1; }
+  -DGRADCOMP_WITH_PYTHON=ON -DPython_EXECUTABLE="$GRADCOMP_VENV/bin/python" >"$build_dir/configure.log" 2>&1 \
+  || { cat "$build_dir/configure.log"; exit 1; }
 echo "[test] build (2 jobs)"
 cmake --build "$build_dir" -j 2
 

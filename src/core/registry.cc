@@ -72,7 +72,10 @@ Params Registry::validate(std::string_view spec) const {
   const CompressorInfo& kind = info(parsed.name);
   std::map<std::string, std::string> values;
   std::vector<std::string> given;
-  for (const auto& [key, raw] : parsed.params) {
+  for (const auto& entry : parsed.params) {
+    // Not a structured binding: clang 14 (the fuzz build's compiler) cannot capture one in a lambda.
+    const std::string& key = entry.first;
+    const std::string& raw = entry.second;
     const auto it = std::find_if(kind.params.begin(), kind.params.end(), [&](const auto& p) { return p.name == key; });
     GRADCOMP_CHECK(it != kind.params.end(), "compressor '{}' has no parameter '{}' ({})", kind.name, key,
                    describe_params(kind));

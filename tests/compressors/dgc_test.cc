@@ -90,7 +90,7 @@ void expect_matches_reference(const std::string& options, float momentum, bool n
         u[i] = momentum * (u[i] + g);
         v[i] = v[i] + (u[i] + g);
       } else {
-        u[i] = momentum * u[i] + g;
+        u[i] = std::fma(momentum, u[i], g);
         v[i] = v[i] + u[i];
       }
     }

@@ -54,6 +54,7 @@ class DecodeHarness {
     for (const auto& spec : fuzz_specs()) {
       specs_.push_back(spec);
       compressors_.push_back(make_compressor(spec));
+      encoders_.push_back(make_compressor(spec));
     }
   }
 
@@ -92,7 +93,8 @@ class DecodeHarness {
   // A valid payload of codec `index` for a deterministic gradient of `numel` elements (second compress step, so
   // error feedback is active). Returns empty if the codec refuses the tensor.
   std::vector<std::byte> valid_payload(std::size_t index, std::size_t numel, std::uint64_t seed) {
-    auto encoder = make_compressor(specs_[index]);
+    Compressor* encoder = encoders_[index].get();
+    encoder->reset_state();
     std::vector<float> grad(numel);
     const auto stream = kernels::PhiloxStream::make(seed, 0xf022, 0);
     for (std::size_t i = 0; i < numel; ++i) grad[i] = kernels::uniform01(stream.bits(i)) * 2.0f - 1.0f;
@@ -111,6 +113,7 @@ class DecodeHarness {
  private:
   std::vector<std::string> specs_;
   std::vector<std::unique_ptr<Compressor>> compressors_;
+  std::vector<std::unique_ptr<Compressor>> encoders_;  // separate instances: encoding must not touch the decoders
 };
 
 // The fuzz input format, shared so a crash found by libFuzzer replays in the CTest:
