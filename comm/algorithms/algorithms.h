@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -43,9 +44,26 @@ void verify_agreement(Communicator& comm, const Compressor& compressor, const Te
 
 // ---- helpers ----
 
+// A byte buffer that is not zero-filled on allocation (payload buffers are large and written by the codec).
+class Bytes {
+ public:
+  explicit Bytes(std::size_t capacity) : data_(new std::byte[capacity > 0 ? capacity : 1]), size_(capacity) {}
+  std::byte* data() const { return data_.get(); }
+  std::size_t size() const { return size_; }
+  void shrink(std::size_t size) { size_ = size; }
+  std::byte* begin() const { return data_.get(); }
+  std::byte* end() const { return data_.get() + size_; }
+  operator std::span<const std::byte>() const { return {data_.get(), size_}; }
+  operator std::span<std::byte>() { return {data_.get(), size_}; }
+
+ private:
+  std::unique_ptr<std::byte[]> data_;
+  std::size_t size_;
+};
+
 // Compresses `part` under `name` (ctx.step from options, rank/size from comm) into a buffer of exactly the payload
 // size; adds the time to stats.compress_s.
-std::vector<std::byte> compress_part(Call& call, const TensorView& part, std::string_view name, float prescale);
+Bytes compress_part(Call& call, const TensorView& part, std::string_view name, float prescale);
 
 // Reads `in` (f32, f16 or bf16) into f32 `out` (same numel).
 void load_f32(const TensorView& in, std::span<float> out);

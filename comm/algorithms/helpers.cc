@@ -6,7 +6,7 @@
 
 namespace gradcomp::algorithms {
 
-std::vector<std::byte> compress_part(Call& call, const TensorView& part, std::string_view name, float prescale) {
+Bytes compress_part(Call& call, const TensorView& part, std::string_view name, float prescale) {
   Stopwatch watch(call.stats.compress_s);
   CompressContext ctx;
   ctx.name = name;
@@ -14,11 +14,11 @@ std::vector<std::byte> compress_part(Call& call, const TensorView& part, std::st
   ctx.rank = call.comm.rank();
   ctx.world_size = call.comm.size();
   ctx.prescale = prescale;
-  std::vector<std::byte> payload(call.compressor.max_payload_bytes(part.numel()));
+  Bytes payload(call.compressor.max_payload_bytes(part.numel()));
   const std::size_t size = call.compressor.compress(part, payload, ctx);
   GRADCOMP_ASSERT(size <= payload.size(), "compressor '{}' wrote {} bytes for '{}', more than its bound {}",
                   call.compressor.name(), size, name, payload.size());
-  payload.resize(size);
+  payload.shrink(size);
   return payload;
 }
 

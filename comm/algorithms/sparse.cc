@@ -5,6 +5,7 @@
 // summed with a dense f32 allreduce instead.
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <limits>
 #include <numeric>
 
@@ -25,10 +26,11 @@ static_assert(sizeof(Pair) == 8);
 void run_sparse(Call& call) {
   const int n = call.comm.size();
   const std::size_t numel = call.tensor.numel();
-  std::vector<std::byte> payload = compress_part(call, call.tensor, call.name, 1.0f);
+  Bytes payload = compress_part(call, call.tensor, call.name, 1.0f);
   call.stats.payload_bytes = payload.size();
 
-  std::vector<float> dense(numel);
+  std::unique_ptr<float[]> dense_storage(new float[numel > 0 ? numel : 1]);  // fully written by decompress
+  const std::span<float> dense(dense_storage.get(), numel);
   std::vector<Pair> pairs;
   {
     Stopwatch watch(call.stats.decompress_s);

@@ -61,12 +61,13 @@ TEST(MpiAllreduce, MismatchRaisesOnEveryRank) {
 
 TEST(MpiAllreduce, HierarchicalWithEmulatedNodes) {
   Communicator& comm = mpi_world();
-  ::setenv("GRADCOMP_LOCAL_SIZE", "2", 1);
-  auto child = comm.split(0, comm.rank());  // fresh communicator: node_color() is cached per communicator
-  ::unsetenv("GRADCOMP_LOCAL_SIZE");
+  // A fresh communicator (node_color() is computed once per communicator) sees nodes of 2 ranks.
+  auto child = comm.split(0, comm.rank());
   ::setenv("GRADCOMP_LOCAL_SIZE", "2", 1);
   NodeGroups groups = make_node_groups(*child);
   ::unsetenv("GRADCOMP_LOCAL_SIZE");
+  EXPECT_EQ(groups.node->size(), comm.rank() / 2 * 2 + 2 <= comm.size() ? 2 : 1);
+  EXPECT_EQ(groups.leaders != nullptr, comm.rank() % 2 == 0);
   EXPECT_EQ(groups.node_count, (comm.size() + 1) / 2);
   for (const std::string& spec : testing::registered_specs()) {
     auto codec = make_compressor(spec);
