@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gradcomp/collectives.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/tensor.h"
 
@@ -43,6 +44,8 @@ struct CompressionPolicy {
 
 // Fusion threshold from GRADCOMP_FUSION_THRESHOLD (bytes), else 64 MiB.
 std::size_t default_fusion_threshold();
+// Largest tensor copied into a fusion buffer, from GRADCOMP_FUSION_TENSOR_LIMIT (bytes), else 0 (no limit).
+std::size_t default_fusion_tensor_limit();
 // Timeline path from GRADCOMP_TIMELINE, else "" (no timeline).
 std::string default_timeline_path();
 // Cycle time from GRADCOMP_CYCLE_TIME_MS, else 1 ms.
@@ -53,12 +56,18 @@ struct RuntimeOptions {
   double cycle_time_ms = default_cycle_time_ms();
   // Largest fusion buffer, bytes. Tensors at least this large travel alone; 0 disables fusion.
   std::size_t fusion_threshold_bytes = default_fusion_threshold();
+  // Tensors larger than this (bytes) are never copied into a fusion buffer: they travel alone, in place, because
+  // for them the copies in and out cost more than the per-message latency fusion saves (0 = no limit, Horovod's
+  // behaviour). Default from GRADCOMP_FUSION_TENSOR_LIMIT, else 0.
+  std::size_t fusion_tensor_limit_bytes = default_fusion_tensor_limit();
   CompressionPolicy policy;
   // Chrome-trace JSON output ("" = none). "{rank}" in the path is replaced by the rank; without it only rank 0
   // writes. The file is complete (valid JSON) once the runtime has shut down.
   std::string timeline_path = default_timeline_path();
   // Reduction applied to every tensor.
   ReduceOp op = ReduceOp::kAverage;
+  // Collective algorithm of every buffer (kAuto: chosen from the codec's traits, see collectives.h).
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
   // Names remembered by the response cache (one bit each in the steady-state negotiation message).
   std::size_t cache_capacity = 4096;
   // Link bandwidth (bytes/s) assumed by "auto"; 0 = measured at start-up with a dense allreduce.
@@ -156,6 +165,11 @@ class Runtime {
 
   // Error-feedback residual of `name` (f32, numel elements), empty if the runtime holds none.
   std::vector<float> residual(std::string_view name) const;
+
+  // Changes the fusion threshold (bytes; 0 disables fusion) from the next cycle on. Rank 0's value is used by every
+  // rank (it travels in the negotiation message), so call it on rank 0, or on every rank alike.
+  void set_fusion_threshold(std::size_t bytes);
+  std::size_t fusion_threshold() const;
 
   int rank() const;
   int size() const;

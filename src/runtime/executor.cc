@@ -18,23 +18,44 @@ double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Forwards everything to `inner`; keeps a copy of the payload of the compress() call that covers the whole target
-// view, so the runtime learns what this rank transmitted without compressing twice.
+// One compress() call of the collective on (a slice of) the fusion buffer: what this rank transmitted there.
+struct Captured {
+  std::size_t offset = 0;  // elements from the buffer start
+  std::size_t numel = 0;
+  float prescale = 1.0f;
+  std::vector<std::byte> payload;
+};
+
+// Forwards everything to `inner`; keeps a copy of every payload compressed from the fusion buffer itself (the whole
+// buffer, or its chunks under scatter-reduce-allgather), so the runtime learns what this rank transmitted without
+// compressing twice. Compressions of other memory (SRA's re-quantized sums) are not captured.
 class CapturingCompressor final : public Compressor {
  public:
-  CapturingCompressor(Compressor& inner, const TensorView& target, std::vector<std::byte>& capture)
-      : inner_(inner), target_(target), capture_(capture) {}
+  // `inner` compresses the fusion buffer (and its chunks); `other` (may equal inner) everything else, e.g. the
+  // re-quantized partial sums of scatter-reduce-allgather, which keep the codec's own error feedback.
+  CapturingCompressor(Compressor& inner, Compressor& other, const TensorView& target)
+      : inner_(inner), other_(other), target_(target) {}
 
   std::string_view name() const override { return inner_.name(); }
   std::string spec() const override { return inner_.spec(); }
   CompressorTraits traits() const override { return inner_.traits(); }
   std::size_t max_payload_bytes(std::size_t numel) const override { return inner_.max_payload_bytes(numel); }
   std::size_t compress(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx) override {
+    const auto* base = static_cast<const std::byte*>(target_.data());
+    const auto* at = static_cast<const std::byte*>(grad.data());
+    const std::size_t elem = dtype_size(target_.dtype());
+    const bool mine = grad.numel() > 0 && grad.dtype() == target_.dtype() && at >= base &&
+                      at + grad.bytes() <= base + target_.bytes();
+    if (!mine) return other_.compress(grad, out, ctx);
     const std::size_t size = inner_.compress(grad, out, ctx);
-    if (!captured_ && grad.data() == target_.data() && grad.numel() == target_.numel()) {
-      capture_.assign(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(size));
-      prescale_ = ctx.prescale;
-      captured_ = true;
+    {
+      Captured captured;
+      captured.offset = static_cast<std::size_t>(at - base) / elem;
+      captured.numel = grad.numel();
+      captured.prescale = ctx.prescale;
+      captured.payload.assign(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(size));
+      covered_ += grad.numel();
+      captures_.push_back(std::move(captured));
     }
     return size;
   }
@@ -47,15 +68,16 @@ class CapturingCompressor final : public Compressor {
   void set_threads(int threads) override { inner_.set_threads(threads); }
   CompressStats last_stats() const override { return inner_.last_stats(); }
 
-  bool captured() const { return captured_; }
-  float prescale() const { return prescale_; }
+  // True when the captured slices cover the buffer exactly once.
+  bool complete() const { return covered_ == target_.numel(); }
+  const std::vector<Captured>& captures() const { return captures_; }
 
  private:
   Compressor& inner_;
+  Compressor& other_;
   TensorView target_;
-  std::vector<std::byte>& capture_;
-  bool captured_ = false;
-  float prescale_ = 1.0f;
+  std::vector<Captured> captures_;
+  std::size_t covered_ = 0;
 };
 
 bool ef_requested(std::string_view spec) {
@@ -101,6 +123,7 @@ Codec& Executor::codec_for(const std::string& spec, DType dtype) {
   codec.spec = spec;
   codec.runtime_ef = runtime_ef;
   codec.compressor = make_compressor(runtime_ef ? with_error_feedback(spec, false) : spec);
+  if (runtime_ef) codec.second = make_compressor(spec);
   codec.traits = codec.compressor->traits();
   return codecs_.emplace(key, std::move(codec)).first->second;
 }
@@ -253,10 +276,11 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
   if (timeline_ && !single) timeline_->event("copy_in", "fusion", 1, copy_start, copy_end);
 
   // One compressed allreduce over the buffer.
-  std::vector<std::byte> capture;
-  CapturingCompressor capturing(*codec.compressor, buffer, capture);
+  CapturingCompressor capturing(*codec.compressor, codec.second ? *codec.second : *codec.compressor, buffer);
   AllreduceOptions options;
   options.op = options_.op;
+  options.verify = false;  // names, sizes and specs were negotiated
+  options.algorithm = options_.algorithm;
   options.step = steps_[buffer_name]++;
   const auto call_start = Clock::now();
   AllreduceStats stats = compressed_allreduce(comm_, capturing, buffer, buffer_name, options);
@@ -288,12 +312,18 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
     auto ef_start = Clock::now();
     scratch_.resize(group.numel);
     TensorView sent = TensorView::of(std::span<float>(scratch_));
-    float unscale = 1.0f;
-    if (capturing.captured()) {
-      codec.compressor->decompress(capture, sent, DecodeMode::kOverwrite);
-      unscale = capturing.prescale() == 0.0f ? 1.0f : 1.0f / capturing.prescale();
+    if (capturing.complete()) {
+      for (const Captured& captured : capturing.captures()) {
+        const TensorView part = sent.slice(captured.offset, captured.numel);
+        codec.compressor->decompress(captured.payload, part, DecodeMode::kOverwrite);
+        if (captured.prescale != 1.0f && captured.prescale != 0.0f) {
+          float* values = part.data_as<float>();
+          const float unscale = 1.0f / captured.prescale;
+          for (std::size_t i = 0; i < captured.numel; ++i) values[i] *= unscale;
+        }
+      }
     } else {
-      // The algorithm compressed chunks only: recompute this rank's payload of v (same name and step, same bits).
+      // The algorithm compressed other memory: recompute this rank's payload of v (same name and step, same bits).
       std::lock_guard lock(residual_mutex_);
       for (std::size_t m = 0; m < members.size(); ++m) {
         const auto& r = residuals_.at(members[m]->name);
@@ -313,7 +343,7 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
     for (std::size_t m = 0; m < members.size(); ++m) {
       auto& r = residuals_.at(members[m]->name);
       const float* t = scratch_.data() + group.offsets[m];
-      for (std::size_t i = 0; i < r.size(); ++i) r[i] -= t[i] * unscale;
+      for (std::size_t i = 0; i < r.size(); ++i) r[i] -= t[i];
     }
     const double ef_s = seconds_since(ef_start);
     record.compress_s += ef_s;

@@ -33,6 +33,9 @@ namespace gradcomp::runtime {
 struct Codec {
   std::string spec;  // canonical spec as requested (ef as the user asked)
   std::unique_ptr<Compressor> compressor;
+  // With runtime_ef: the codec as requested (own error feedback), for what the collective compresses besides the
+  // fusion buffer (scatter-reduce-allgather's re-quantized sums, keyed "<buffer>#sra<rank>").
+  std::unique_ptr<Compressor> second;
   CompressorTraits traits;
   bool runtime_ef = false;  // the runtime keeps the residuals (compressor runs with ef=off)
 };

@@ -13,7 +13,7 @@ namespace {
 
 constexpr std::uint32_t kFlagAnnounce = 1u;
 constexpr std::uint32_t kFlagShutdown = 2u;
-constexpr std::size_t kHeaderBytes = 24;  // u32 flags, u32 reserved, u64 expire_before, u64 slot count
+constexpr std::size_t kHeaderBytes = 32;  // u32 flags, u32 reserved, u64 expire_before, u64 slot count, u64 threshold
 
 void put_signature(ByteWriter& writer, const Signature& signature) {
   writer.put<std::uint64_t>(signature.numel);
@@ -50,7 +50,8 @@ void Negotiator::remove_pending(const std::string& name) { pending_.erase(name);
 
 std::size_t Negotiator::message_bytes() const { return kHeaderBytes + (slots_.size() + 7) / 8; }
 
-std::vector<std::byte> Negotiator::make_message(bool shutdown, std::uint64_t expire_before) const {
+std::vector<std::byte> Negotiator::make_message(bool shutdown, std::uint64_t expire_before,
+                                               std::uint64_t fusion_threshold) const {
   std::vector<std::byte> message(message_bytes(), std::byte{0});
   std::uint32_t flags = shutdown ? kFlagShutdown : 0u;
   for (const auto& [name, entry] : pending_) {
@@ -65,6 +66,7 @@ std::vector<std::byte> Negotiator::make_message(bool shutdown, std::uint64_t exp
   std::memcpy(message.data(), &flags, 4);
   std::memcpy(message.data() + 8, &expire_before, 8);
   std::memcpy(message.data() + 16, &slot_count, 8);
+  std::memcpy(message.data() + 24, &fusion_threshold, 8);
   return message;
 }
 
@@ -79,16 +81,20 @@ CycleSummary Negotiator::summarize(std::span<const std::byte> messages) const {
   for (int r = 0; r < size_; ++r) {
     const std::byte* message = messages.data() + bytes * r;
     std::uint32_t flags = 0;
-    std::uint64_t expire = 0, slot_count = 0;
+    std::uint64_t expire = 0, slot_count = 0, threshold = 0;
     std::memcpy(&flags, message, 4);
     std::memcpy(&expire, message + 8, 8);
     std::memcpy(&slot_count, message + 16, 8);
+    std::memcpy(&threshold, message + 24, 8);
     GRADCOMP_CHECK_AS(CommError, slot_count == slots_.size(),
                       "negotiation out of sync: rank {} has {} cached names, rank {} has {}", r, slot_count, rank_,
                       slots_.size());
     summary.any_announcements = summary.any_announcements || (flags & kFlagAnnounce) != 0;
     summary.all_shutdown = summary.all_shutdown && (flags & kFlagShutdown) != 0;
-    if (r == 0) summary.expire_before = expire;
+    if (r == 0) {
+      summary.expire_before = expire;
+      summary.fusion_threshold = threshold;
+    }
     auto& bits = summary.bits[r];
     bits.resize(slots_.size());
     for (std::size_t s = 0; s < slots_.size(); ++s) {

@@ -11,6 +11,8 @@
 //   InvalidArgument naming both sides (different signatures).
 // - Rank 0's clock bounds waiting: its message carries the oldest cycle still allowed; names that some ranks
 //   submitted before it but not all ranks fail with Timeout on the ranks that have them.
+// - Rank 0's message also carries the fusion threshold of the cycle, so a threshold changed at run time (on rank 0)
+//   changes every rank's grouping at the same cycle.
 // - Shutdown: each message carries the rank's shutdown request; when all ranks request it the runtime stops.
 #pragma once
 
@@ -59,7 +61,8 @@ struct CycleDecision {
 struct CycleSummary {
   bool any_announcements = false;
   bool all_shutdown = false;
-  std::uint64_t expire_before = 0;
+  std::uint64_t expire_before = 0;      // rank 0's
+  std::uint64_t fusion_threshold = 0;   // rank 0's: every rank fuses with the same threshold in a cycle
   std::vector<std::vector<std::uint8_t>> bits;  // per rank, one byte per cache slot (unpacked)
 };
 
@@ -72,8 +75,10 @@ class Negotiator {
   void remove_pending(const std::string& name);
   bool is_pending(const std::string& name) const { return pending_.count(name) != 0; }
 
-  // Bytes of this cycle's fixed-size message (equal size on every rank). `expire_before` is only read from rank 0.
-  std::vector<std::byte> make_message(bool shutdown, std::uint64_t expire_before) const;
+  // Bytes of this cycle's fixed-size message (equal size on every rank). `expire_before` and `fusion_threshold` are
+  // only read from rank 0.
+  std::vector<std::byte> make_message(bool shutdown, std::uint64_t expire_before,
+                                      std::uint64_t fusion_threshold = 0) const;
   // Parses the allgathered messages (size() blocks of message_bytes()).
   CycleSummary summarize(std::span<const std::byte> messages) const;
   std::size_t message_bytes() const;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -32,17 +33,21 @@ const char* env(const char* name) {
 
 std::chrono::duration<double> to_seconds(Clock::duration d) { return std::chrono::duration<double>(d); }
 
-}  // namespace
-
-std::size_t default_fusion_threshold() {
-  if (const char* value = env("GRADCOMP_FUSION_THRESHOLD")) {
+std::size_t env_bytes(const char* name, std::size_t fallback) {
+  if (const char* value = env(name)) {
     char* end = nullptr;
     const unsigned long long bytes = std::strtoull(value, &end, 10);
-    GRADCOMP_CHECK(end != value && *end == '\0', "GRADCOMP_FUSION_THRESHOLD='{}' is not a byte count", value);
+    GRADCOMP_CHECK(end != value && *end == '\0', "{}='{}' is not a byte count", name, value);
     return static_cast<std::size_t>(bytes);
   }
-  return std::size_t{64} << 20;
+  return fallback;
 }
+
+}  // namespace
+
+std::size_t default_fusion_threshold() { return env_bytes("GRADCOMP_FUSION_THRESHOLD", std::size_t{64} << 20); }
+
+std::size_t default_fusion_tensor_limit() { return env_bytes("GRADCOMP_FUSION_TENSOR_LIMIT", 0); }
 
 std::string default_timeline_path() {
   const char* value = env("GRADCOMP_TIMELINE");
@@ -84,6 +89,7 @@ class Runtime::Impl {
       : comm_(comm),
         options_(std::move(options)),
         timeout_(options_.timeout.count() > 0 ? options_.timeout : comm.timeout()),
+        fusion_threshold_(options_.fusion_threshold_bytes),
         negotiator_(comm.rank(), comm.size(), options_.cache_capacity),
         executor_(comm, options_, open_timeline(comm)) {
     GRADCOMP_CHECK(options_.cycle_time_ms >= 0, "cycle_time_ms must be >= 0, got {}", options_.cycle_time_ms);
@@ -195,6 +201,8 @@ class Runtime::Impl {
   }
 
   std::vector<float> residual(std::string_view name) const { return executor_.residual(std::string(name)); }
+  void set_fusion_threshold(std::size_t bytes) { fusion_threshold_.store(bytes); }
+  std::size_t fusion_threshold() const { return fusion_threshold_.load(); }
 
   Communicator& comm_;
   RuntimeOptions options_;
@@ -298,7 +306,8 @@ class Runtime::Impl {
         }
 
         // Negotiate: one allgather of fixed-size bit vectors; two more when some rank announces new names.
-        const std::vector<std::byte> message = negotiator_.make_message(shutting_down, expire_before);
+        const std::vector<std::byte> message =
+            negotiator_.make_message(shutting_down, expire_before, fusion_threshold_.load());
         std::vector<std::byte> messages(message.size() * comm_.size());
         comm_.allgather(message, messages);
         std::uint64_t collectives = 1;
@@ -346,7 +355,7 @@ class Runtime::Impl {
                                               : error_status<InvalidArgument>(failed.message));
           pending_.erase(it);
         }
-        execute(decision.ready, start);
+        execute(decision.ready, start, summary.fusion_threshold);
 
         if (decision.shutdown) {
           for (auto& [name, request] : pending_) negotiator_.remove_pending(name);
@@ -368,7 +377,8 @@ class Runtime::Impl {
     shutdown_requested_ = true;
   }
 
-  void execute(const std::vector<runtime::ReadyTensor>& ready, Clock::time_point cycle_start) {
+  void execute(const std::vector<runtime::ReadyTensor>& ready, Clock::time_point cycle_start,
+               std::uint64_t threshold) {
     if (ready.empty()) return;
     for (const auto& tensor : ready) {
       const Request& request = pending_.at(tensor.name);
@@ -378,8 +388,15 @@ class Runtime::Impl {
         timeline_.event(tensor.name, "queue", 2, request.enqueued, cycle_start);
       }
     }
-    const auto groups = runtime::plan_fusion(ready, options_.fusion_threshold_bytes,
-                                             [&](std::size_t i) { return executor_.fusible(ready[i].signature); });
+    const auto groups = runtime::plan_fusion(ready, threshold,
+                                             [&](std::size_t i) {
+                                               const auto& sig = ready[i].signature;
+                                               const std::size_t limit = options_.fusion_tensor_limit_bytes;
+                                               if (limit > 0 && sig.numel * dtype_size(sig.dtype) > limit) {
+                                                 return false;
+                                               }
+                                               return executor_.fusible(sig);
+                                             });
     for (const auto& group : groups) {
       std::vector<const runtime::ReadyTensor*> members;
       std::vector<TensorView> tensors;
@@ -411,6 +428,7 @@ class Runtime::Impl {
   }
 
   std::chrono::milliseconds timeout_;
+  std::atomic<std::size_t> fusion_threshold_;
   runtime::Timeline timeline_;
   runtime::Negotiator negotiator_;
   runtime::Executor executor_;
@@ -461,6 +479,8 @@ void Runtime::shutdown() { impl_->shutdown(); }
 RuntimeStats Runtime::stats() const { return impl_->stats(false); }
 RuntimeStats Runtime::take_stats() { return impl_->stats(true); }
 std::vector<float> Runtime::residual(std::string_view name) const { return impl_->residual(name); }
+void Runtime::set_fusion_threshold(std::size_t bytes) { impl_->set_fusion_threshold(bytes); }
+std::size_t Runtime::fusion_threshold() const { return impl_->fusion_threshold(); }
 int Runtime::rank() const { return impl_->comm_.rank(); }
 int Runtime::size() const { return impl_->comm_.size(); }
 const RuntimeOptions& Runtime::options() const { return impl_->options_; }
