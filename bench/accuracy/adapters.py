@@ -147,6 +147,9 @@ class GradcompOptimizer(Wrapped):
         gct.broadcast_optimizer_state(optimizer, root_rank=0)
         if gct.backend() == "mpi":
             count_mpi_allreduce(self.counter)
+        elif gct.backend() != "torch":
+            raise NotImplementedError(f"gradcomp.torch backend '{gct.backend()}' does not report payload bytes; "
+                                      "run with GRADCOMP_BACKEND=mpi (the default here) or torch")
         opt = gct.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                        compression=counting_compressor(spec, self.counter))
         super().__init__(model, opt, f"gradcomp.torch.DistributedOptimizer (gradcomp backend '{gct.backend()}')")
@@ -196,4 +199,12 @@ def init(comm: str) -> None:
     """Per-process setup of the communication path (after the side-channel process group exists)."""
     if comm == "gradcomp":
         import gradcomp.torch as gct
-        gct.init()   # gradcomp's MPI collectives under mpirun when built with them, else torch.distributed
+        # One compressed_allreduce per gradient on gradcomp's C++ MPI communicator ("mpi") when running under mpirun
+        # with a module that has it, else torch.distributed. Not the fusion "runtime" backend (gradcomp.torch's
+        # default under mpirun): its RuntimeStats count input and wire bytes but not payload bytes, and fusing would
+        # make the sparsifiers select over whole fusion buffers instead of per tensor. GRADCOMP_BACKEND overrides.
+        import os
+        under_mpi = "OMPI_COMM_WORLD_RANK" in os.environ or "PMI_RANK" in os.environ
+        backend = os.environ.get("GRADCOMP_BACKEND") or \
+            ("mpi" if under_mpi and getattr(gct._C, "has_collectives", False) else None)
+        gct.init(backend=backend)
