@@ -219,6 +219,8 @@ def launch(args, comm: str, specs: list[str], index_base: int, run_dir: str, env
         rcs = [p.wait() for p in procs]
     except KeyboardInterrupt:
         kill_groups(signal.SIGTERM)
+        time.sleep(3)
+        kill_groups(signal.SIGKILL)
         raise
     finally:
         watchdog.cancel()
@@ -292,8 +294,25 @@ def main() -> int:
     started = time.monotonic()
     pending = list(range(len(specs)))
     args.deadline = started + args.timeout
+    def interrupted(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)   # also when started in the background (SIGINT ignored there)
+    stopped = False
     while pending:
-        rc = launch(args, comm, [specs[i] for i in pending], pending[0], run_dir, env, progress, failures)
+        try:
+            rc = launch(args, comm, [specs[i] for i in pending], pending[0], run_dir, env, progress, failures)
+        except KeyboardInterrupt:  # the ranks were stopped; report what finished, relaunch nothing
+            stopped = True
+            rc = 130
+        if stopped:
+            done = {int(f.split(".")[0]) for f in os.listdir(run_dir) if f.endswith(".json")}
+            for i in pending:
+                if i not in done and specs[i] not in failures:
+                    failures[specs[i]] = "not run to the end: the sweep was interrupted"
+            print("\nrun.py: interrupted; writing what finished", file=sys.stderr)
+            break
         done = {int(f.split(".")[0]) for f in os.listdir(run_dir) if f.endswith(".json")}
         pending = [i for i in pending if i not in done and specs[i] not in failures]
         if rc == 124:  # the whole sweep's time is up: what finished is reported, the rest is marked not run
@@ -333,6 +352,8 @@ def main() -> int:
              f"{args.train_subset or 60000} images, gradients via {comm}" + (f", link {args.link}" if args.link else ""))
     report.write_png(rows, png_path, title)
     print(f"\nwrote {csv_path}, {png_path} ({wall:.0f} s of training runs)")
+    if stopped:
+        return 130
     return 1 if any(r["status"] != "ok" for r in rows) else 0
 
 
