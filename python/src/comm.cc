@@ -92,6 +92,7 @@ void init_comm(nb::module_& m) {
         nb::dict d;
         d["algorithm"] = std::string(algorithm_name(stats.algorithm));
         d["input_bytes"] = stats.input_bytes;
+        d["payload_bytes"] = stats.payload_bytes;
         d["wire_bytes"] = stats.wire_bytes;
         d["switched_to_dense"] = stats.switched_to_dense;
         return d;

@@ -1,0 +1,142 @@
+"""The benchmark's outputs from the per-run results: the console table, accuracy.csv, accuracy.png, accuracy.json."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+
+CSV_FIELDS = ("spec", "status", "comm", "model", "ranks", "epochs", "train_images", "global_batch", "steps",
+              "compression_ratio", "payload_bytes_per_step", "wire_bytes_per_step", "raw_bytes_per_step", "test_acc", "delta_pp",
+              "test_loss", "time_per_epoch_s", "train_s", "time_to_dense_acc_s", "link", "error")
+
+
+def codec(spec: str) -> str:
+    return spec.split(":", 1)[0]
+
+
+def dense_of(rows: list[dict]) -> dict | None:
+    """The uncompressed baseline: the first successful run of codec 'none'."""
+    return next((r for r in rows if r.get("status") == "ok" and codec(r["spec"]) == "none"), None)
+
+
+def annotate(rows: list[dict]) -> None:
+    """Adds delta_pp (test accuracy minus the dense run's, in percentage points) and time_to_dense_acc_s (training
+    seconds until the first evaluation at or above the dense run's final accuracy; None if never reached)."""
+    dense = dense_of(rows)
+    for r in rows:
+        if r.get("status") != "ok":
+            continue
+        r["delta_pp"] = None if dense is None else 100.0 * (r["test_acc"] - dense["test_acc"])
+        r["time_to_dense_acc_s"] = None
+        if dense is not None:
+            for e in r.get("evals", []):
+                if e["acc"] >= dense["test_acc"] - 1e-12:
+                    r["time_to_dense_acc_s"] = e["train_s"]
+                    break
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1000.0
+    return f"{n:.2f} GB"
+
+
+def _fmt(v, spec: str, missing: str = "-") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return missing
+    return format(v, spec)
+
+
+def table(rows: list[dict], with_link: bool) -> str:
+    """The final table as aligned text (one row per compressor, failures included with their error)."""
+    head = ["compressor", "ratio", "payload/step/rank", "wire/step/rank", "test acc", "Δ vs none", "s/epoch"]
+    if with_link:
+        head.append("time to dense acc")
+    lines = []
+    for r in rows:
+        if r.get("status") != "ok":
+            lines.append([r["spec"], "FAILED", r.get("error", "")[:70]])
+            continue
+        wire = r.get("wire_bytes_per_step")
+        line = [r["spec"], _fmt(r["compression_ratio"], ".1f") + "x", human_bytes(r["payload_bytes_per_step"]),
+                "n/a" if wire is None else human_bytes(wire),
+                _fmt(100 * r["test_acc"], ".2f") + "%", _fmt(r["delta_pp"], "+.2f", "n/a") + " pp",
+                _fmt(r["time_per_epoch_s"], ".1f")]
+        if with_link:
+            t = r.get("time_to_dense_acc_s")
+            line.append("not reached" if t is None else f"{t:.1f} s")
+        lines.append(line)
+    widths = [max(len(str(x[i])) for x in [head] + [l for l in lines if len(l) == len(head)])
+              for i in range(len(head))]
+    out = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths)))]
+    out.append("  ".join("-" * w for w in widths))
+    for l in lines:
+        if len(l) != len(head):
+            out.append(f"{l[0].ljust(widths[0])}  {l[1]}: {l[2]}")
+        else:
+            out.append("  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w)
+                                 for i, (x, w) in enumerate(zip(l, widths))))
+    return "\n".join(out)
+
+
+def write_csv(rows: list[dict], path: str) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in CSV_FIELDS})
+
+
+def write_json(rows: list[dict], meta: dict, path: str) -> None:
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "runs": rows}, f, indent=1)
+
+
+def write_png(rows: list[dict], path: str, title: str) -> None:
+    """Left: test accuracy vs compression ratio (log x), one labelled point per compressor, the dense accuracy as a
+    dashed line. Right: the training-loss curves (mean over ranks) against the step."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if r.get("status") == "ok"]
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 5.2))
+    cmap = plt.get_cmap("tab10")
+    dense = dense_of(rows)
+    for i, r in enumerate(ok):
+        color = cmap(i % 10)
+        ax.scatter([r["compression_ratio"]], [100 * r["test_acc"]], color=color, s=40, zorder=3)
+        ax.annotate(r["spec"], (r["compression_ratio"], 100 * r["test_acc"]), textcoords="offset points",
+                    xytext=(5, 4 if i % 2 == 0 else -11), fontsize=8, color=color)
+        steps, losses = zip(*r["loss_curve"]) if r["loss_curve"] else ((), ())
+        bx.plot(steps, losses, color=color, label=r["spec"], linewidth=1.2)
+    if dense is not None:
+        ax.axhline(100 * dense["test_acc"], color="gray", linestyle="--", linewidth=1, label="dense (none)")
+        ax.legend(loc="lower left", fontsize=8)
+    ax.set_xscale("log")
+    from matplotlib.ticker import FuncFormatter
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    ax.set_xlabel("compression ratio (f32 gradient bytes / payload bytes), log scale")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title("accuracy vs compression")
+    ax.grid(True, which="both", alpha=0.3)
+    if ok:
+        lo = min(r["compression_ratio"] for r in ok)
+        hi = max(r["compression_ratio"] for r in ok)
+        ax.set_xlim(lo / 1.6, hi * 3.0)
+    bx.set_xlabel("step")
+    bx.set_yscale("log")
+    bx.set_ylabel("training loss (mean over ranks), log scale")
+    bx.set_title("loss curves")
+    bx.grid(True, alpha=0.3)
+    if ok:
+        bx.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path + ".tmp.png", dpi=110)
+    plt.close(fig)
+    os.replace(path + ".tmp.png", path)
