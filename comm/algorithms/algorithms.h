@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comm/algorithms/buffer_pool.h"
 #include "gradcomp/collectives.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/compressor.h"
@@ -45,20 +46,29 @@ void verify_agreement(Communicator& comm, const Compressor& compressor, const Te
 
 // ---- helpers ----
 
-// A byte buffer that is not zero-filled on allocation (payload buffers are large and written by the codec).
+// A byte buffer that is not zero-filled on allocation (payload buffers are large and written by the codec). Large
+// blocks come from and return to the per-thread pool of buffer_pool.h.
 class Bytes {
  public:
-  explicit Bytes(std::size_t capacity) : data_(new std::byte[capacity > 0 ? capacity : 1]), size_(capacity) {}
-  std::byte* data() const { return data_.get(); }
+  explicit Bytes(std::size_t capacity) : block_(acquire_block(capacity)), size_(capacity) {}
+  Bytes(Bytes&&) noexcept = default;
+  Bytes& operator=(Bytes&& other) noexcept {
+    release_block(std::move(block_));
+    block_ = std::move(other.block_);
+    size_ = other.size_;
+    return *this;
+  }
+  ~Bytes() { release_block(std::move(block_)); }
+  std::byte* data() const { return block_.data.get(); }
   std::size_t size() const { return size_; }
   void shrink(std::size_t size) { size_ = size; }
-  std::byte* begin() const { return data_.get(); }
-  std::byte* end() const { return data_.get() + size_; }
-  operator std::span<const std::byte>() const { return {data_.get(), size_}; }
-  operator std::span<std::byte>() { return {data_.get(), size_}; }
+  std::byte* begin() const { return data(); }
+  std::byte* end() const { return data() + size_; }
+  operator std::span<const std::byte>() const { return {data(), size_}; }
+  operator std::span<std::byte>() { return {data(), size_}; }
 
  private:
-  std::unique_ptr<std::byte[]> data_;
+  PooledBlock block_;
   std::size_t size_;
 };
 
