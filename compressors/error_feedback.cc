@@ -152,9 +152,6 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
 
   stats_ = CompressStats{};
   stats_.numel = n;
-  std::size_t first_bad = n;
-  stats_.nonfinite = count_nonfinite(values, n, threads_, first_bad);
-
   TensorState& state = state_for(ctx.name, n, ctx.rank);
   EncodeArgs args;
   args.grad = values;
@@ -165,36 +162,35 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
   args.tensor_key = kernels::fnv1a64(ctx.name.data(), ctx.name.size());
   args.original_dtype = grad.dtype();
   args.threads = threads_;
+  std::size_t first_bad = n;
 
-  if (stats_.nonfinite > 0) {
-    switch (nonfinite_) {
-      case NonFinitePolicy::kRaise:
-        throw InvalidArgument(fmt::format(
-            "compressor '{}': gradient '{}' on rank {} at step {} has {} non-finite value(s), the first at index {} "
-            "({}); the error-feedback state was left untouched (use nonfinite=skip or nonfinite=pass to continue)",
-            name_, ctx.name, ctx.rank, ctx.step, stats_.nonfinite, first_bad, values[first_bad]));
-      case NonFinitePolicy::kSkip: {
-        // Encode zeros against a throw-away state, so nothing persistent changes.
-        TensorState scratch_state;
-        scratch_state.numel = n;
-        scratch_state.buffers.resize(1 + extra_state_buffers());
-        for (std::size_t b = 1; b < scratch_state.buffers.size(); ++b) scratch_state.buffers[b].assign(n, 0.0f);
-        scratch_state.scalars = state.scalars;
-        std::vector<float> zeros(n, 0.0f);
-        args.grad = zeros.data();
-        args.residual = nullptr;
-        args.state = &scratch_state;
-        const std::size_t size = encode(args, out, stats_);
-        stats_.skipped = true;
-        stats_.payload_bytes = size;
-        return size;
-      }
-      case NonFinitePolicy::kPass:
-        break;
+  std::size_t size = 0;
+  if (fuses_nonfinite_scan()) {
+    // Fused path: encode() scans the gradient in its own pass and writes the new residual into the second buffer,
+    // so the policy is applied afterwards and raise/skip simply discard what encode() wrote.
+    GRADCOMP_ASSERT(extra_state_buffers() == 0, "compressor '{}' fuses the non-finite scan but keeps extra buffers",
+                    name_);
+    if (ef_) {
+      if (state.residual_next.size() != n) state.residual_next.assign(n, 0.0f);
+      args.residual_out = state.residual_next.data();
     }
+    args.first_nonfinite = &first_bad;
+    const std::vector<double> scalars_before = state.scalars;
+    size = encode(args, out, stats_);
+    if (stats_.nonfinite > 0 && nonfinite_ != NonFinitePolicy::kPass) {
+      state.scalars = scalars_before;
+      if (nonfinite_ == NonFinitePolicy::kRaise) throw_nonfinite(ctx, values, first_bad);
+      return encode_skipped(args, state, out);
+    }
+    if (ef_) std::swap(state.buffers[0], state.residual_next);
+  } else {
+    stats_.nonfinite = count_nonfinite(values, n, threads_, first_bad);
+    if (stats_.nonfinite > 0) {
+      if (nonfinite_ == NonFinitePolicy::kRaise) throw_nonfinite(ctx, values, first_bad);
+      if (nonfinite_ == NonFinitePolicy::kSkip) return encode_skipped(args, state, out);
+    }
+    size = encode(args, out, stats_);
   }
-
-  const std::size_t size = encode(args, out, stats_);
   ++state.steps;
   if (stats_.nonfinite > 0) {
     for (auto& buffer : state.buffers) {
@@ -203,6 +199,37 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
       }
     }
   }
+  stats_.payload_bytes = size;
+  return size;
+}
+
+void ErrorFeedbackCompressor::throw_nonfinite(const CompressContext& ctx, const float* values,
+                                              std::size_t first_bad) const {
+  throw InvalidArgument(fmt::format(
+      "compressor '{}': gradient '{}' on rank {} at step {} has {} non-finite value(s), the first at index {} "
+      "({}); the error-feedback state was left untouched (use nonfinite=skip or nonfinite=pass to continue)",
+      name_, ctx.name, ctx.rank, ctx.step, stats_.nonfinite, first_bad, values[first_bad]));
+}
+
+std::size_t ErrorFeedbackCompressor::encode_skipped(EncodeArgs args, const TensorState& state,
+                                                    std::span<std::byte> out) {
+  const std::size_t n = args.numel;
+  TensorState scratch_state;
+  scratch_state.numel = n;
+  scratch_state.buffers.resize(1 + extra_state_buffers());
+  for (std::size_t b = 1; b < scratch_state.buffers.size(); ++b) scratch_state.buffers[b].assign(n, 0.0f);
+  scratch_state.scalars = state.scalars;
+  std::vector<float> zeros(n, 0.0f);
+  args.grad = zeros.data();
+  args.residual = nullptr;
+  args.residual_out = nullptr;
+  std::size_t ignored_first = n;
+  args.first_nonfinite = &ignored_first;
+  args.state = &scratch_state;
+  const std::size_t nonfinite = stats_.nonfinite;
+  const std::size_t size = encode(args, out, stats_);
+  stats_.nonfinite = nonfinite;  // a fusing codec counted the zeros
+  stats_.skipped = true;
   stats_.payload_bytes = size;
   return size;
 }

@@ -39,13 +39,24 @@ struct TensorState {
   std::uint64_t steps = 0;                   // compress() calls so far for this name
   std::vector<std::vector<float>> buffers;   // buffers[0] = residual (when ef=on); codecs may add more
   std::vector<double> scalars;               // codec-specific scalars (e.g. an adaptive threshold)
+  // The fused path's second residual (fuses_nonfinite_scan(); never saved): encode() writes the new residual here
+  // and a compress that keeps it swaps it with buffers[0]. Empty until a fusing codec first compresses this tensor.
+  std::vector<float> residual_next;
 };
 
 // Inputs of one encode() call. `grad` is f32 and already multiplied by nothing: codecs apply ctx.prescale
 // themselves where they support it.
 struct EncodeArgs {
   const float* grad = nullptr;
-  float* residual = nullptr;  // null when ef=off; else in: residual, out: residual + grad - transmitted
+  // Null when ef=off. In-place path: in: residual, out: residual + grad - transmitted. Fused path (residual_out
+  // non-null): input only, the codec must not write it.
+  float* residual = nullptr;
+  // Fused path only (fuses_nonfinite_scan(), ef=on): where the codec writes the complete new residual
+  // residual + grad - transmitted (all numel values); null otherwise, and then the update is in place.
+  float* residual_out = nullptr;
+  // Fused path only: the codec stores the smallest index of a non-finite `grad` value here (numel when none), and
+  // their count in CompressStats::nonfinite.
+  std::size_t* first_nonfinite = nullptr;
   std::size_t numel = 0;
   const CompressContext* ctx = nullptr;
   TensorState* state = nullptr;  // never null; buffers sized by extra_state_buffers()
@@ -87,6 +98,15 @@ class ErrorFeedbackCompressor : public Compressor {
   virtual void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) = 0;
   // Codec-specific state buffers (each numel floats) beyond the residual, e.g. DGC's momentum.
   virtual std::size_t extra_state_buffers() const { return 0; }
+  // Opt-in fused non-finite scan. A codec returning true promises that its encode(), given EncodeArgs::residual_out
+  // and EncodeArgs::first_nonfinite, (1) reads the residual from `residual` without writing it and writes the
+  // whole new residual to `residual_out`, (2) counts the non-finite values of `grad` into CompressStats::nonfinite
+  // and stores the first one's index in *first_nonfinite, (3) keeps no extra state buffers (scalars it changes are
+  // restored by the base when the step is not kept). The base then skips its separate scan pass over the gradient
+  // and applies the non-finite policy after encode(): raise and skip discard residual_out (the state is untouched),
+  // otherwise the two residual buffers swap. Under raise the output buffer's contents are then unspecified. Such a
+  // codec must still work in place when residual_out is null (the skip path's zero encode passes no residual).
+  virtual bool fuses_nonfinite_scan() const { return false; }
   // CUDA path, taken automatically for tensors on a CUDA device. The default runs the codec's CudaCodec backend
   // (compressors/cuda_codec.h, listed in compressors/cuda_codecs.cc) with the state kept on the device, and throws
   // InvalidArgument for codecs without one or in builds without CUDA. `out` / `payload` are device memory (a host
@@ -107,6 +127,10 @@ class ErrorFeedbackCompressor : public Compressor {
   // every name when empty) into the host TensorState; drop_device also frees the device copy.
   void sync_to_host(std::string_view name, bool drop_device) const;
   void drop_device_states();
+  // nonfinite=skip: encodes zeros against a throw-away copy of `state` (nothing persistent changes) and returns the
+  // payload size; stats_ keeps the non-finite count.
+  std::size_t encode_skipped(EncodeArgs args, const TensorState& state, std::span<std::byte> out);
+  [[noreturn]] void throw_nonfinite(const CompressContext& ctx, const float* values, std::size_t first_bad) const;
 
   std::string name_;
   payload::CodecId codec_;

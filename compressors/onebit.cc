@@ -36,8 +36,10 @@ float mean_abs(const kernels::BucketStats& s, const float* g, const float* r, st
   return static_cast<float>(sum / static_cast<double>(n));
 }
 
-// Sign bits of v = g + r over [0, n) into bytes (n a multiple of 8 except at the tensor's end), residual update.
-void encode_signs(const float* g, float* r, std::size_t n, float scale, std::uint8_t* bits) {
+// Sign bits of v = g + r over [0, n) into bytes (n a multiple of 8 except at the tensor's end); the new residual
+// goes to r_out (= r in place; non-null whenever r is; `stream`: non-temporal stores, the caller fences).
+void encode_signs(const float* g, const float* r, float* r_out, std::size_t n, float scale, std::uint8_t* bits,
+                  bool stream) {
   const std::size_t groups = n / 8;
   std::size_t k = 0;
 #if defined(__AVX2__)
@@ -49,9 +51,11 @@ void encode_signs(const float* g, float* r, std::size_t n, float scale, std::uin
     bits[k] = static_cast<std::uint8_t>(_mm256_movemask_ps(v));  // the sign bits = onebit_encode
     if (r) {
       const __m256 decoded = _mm256_xor_ps(v_scale, _mm256_and_ps(v, sign_mask));  // = onebit_decode
-      _mm256_storeu_ps(r + 8 * k, _mm256_sub_ps(v, decoded));
+      kernels::store8(r_out + 8 * k, _mm256_sub_ps(v, decoded), stream);
     }
   }
+#else
+  (void)stream;
 #endif
   for (; k < groups; ++k) {
     std::uint32_t byte = 0;
@@ -60,7 +64,7 @@ void encode_signs(const float* g, float* r, std::size_t n, float scale, std::uin
       const float v = r ? g[i] + r[i] : g[i];
       const std::uint32_t bit = kernels::onebit_encode(v);
       byte |= bit << j;
-      if (r) r[i] = v - kernels::onebit_decode(bit, scale);
+      if (r) r_out[i] = v - kernels::onebit_decode(bit, scale);
     }
     bits[k] = static_cast<std::uint8_t>(byte);
   }
@@ -71,7 +75,7 @@ void encode_signs(const float* g, float* r, std::size_t n, float scale, std::uin
       const float v = r ? g[i] + r[i] : g[i];
       const std::uint32_t bit = kernels::onebit_encode(v);
       byte |= bit << j;
-      if (r) r[i] = v - kernels::onebit_decode(bit, scale);
+      if (r) r_out[i] = v - kernels::onebit_decode(bit, scale);
     }
     bits[groups] = static_cast<std::uint8_t>(byte);
   }
@@ -109,6 +113,9 @@ class OneBitCompressor final : public ErrorFeedbackCompressor {
   }
 
  protected:
+  // The bucket statistics already flag non-finite values, so the base's separate scan is folded into encode().
+  bool fuses_nonfinite_scan() const override { return true; }
+
   std::size_t encode(const EncodeArgs& args, std::span<std::byte> out, CompressStats& stats) override {
     const std::size_t n = args.numel;
     payload::Header header = header_for(n, args.original_dtype);
@@ -118,34 +125,48 @@ class OneBitCompressor final : public ErrorFeedbackCompressor {
     auto* bits = reinterpret_cast<std::uint8_t*>(out.data() + payload::section_offset(header, 1));
     const float prescale = args.ctx->prescale;
     const std::size_t chunk = quantize::bucket_chunk(bucket_);
-    std::vector<std::uint8_t> bad((n + chunk - 1) / chunk, 0);
+    const std::size_t chunks = (n + chunk - 1) / chunk;
+    std::vector<std::uint8_t> bad(chunks, 0);
+    std::vector<std::size_t> bad_count(chunks, 0), bad_first(chunks, n);
+    float* const residual_out = args.residual_out ? args.residual_out : args.residual;
+    const bool stream_out = args.residual_out && kernels::use_stream_stores(residual_out, n, false);
     kernels::parallel_chunks(n, chunk, args.threads, [&](std::size_t k, std::size_t begin, std::size_t end) {
       for (std::size_t b0 = begin; b0 < end; b0 += bucket_) {
         const std::size_t m = std::min(end, b0 + bucket_) - b0;
         const float* g = args.grad + b0;
-        float* r = args.residual ? args.residual + b0 : nullptr;
+        const float* r = args.residual ? args.residual + b0 : nullptr;
+        float* r_out = args.residual ? residual_out + b0 : nullptr;
         const auto s = kernels::bucket_stats<kernels::kStatAbs>(g, r, m);
         float wire = 0.0f;
         if (s.nonfinite) {
           // nonfinite=pass: NaN scale (the bucket decodes to NaN), residual keeps the finite part of v.
           wire = std::numeric_limits<float>::quiet_NaN();
           bad[k] = 1;
+          kernels::count_nonfinite_range(args.grad, b0, b0 + m, bad_count[k], bad_first[k]);
           if (r) {
             for (std::size_t i = 0; i < m; ++i) {
               const float v = g[i] + r[i];
-              r[i] = std::isfinite(v) ? v : 0.0f;
+              r_out[i] = std::isfinite(v) ? v : 0.0f;
             }
           }
           std::memset(bits + b0 / 8, 0, (m + 7) / 8);
         } else {
           const float scale = mean_abs(s, g, r, m);
           wire = scale * prescale;
-          encode_signs(g, r, m, scale, bits + b0 / 8);
+          encode_signs(g, r, r_out, m, scale, bits + b0 / 8, stream_out);
         }
         std::memcpy(scales + (b0 / bucket_) * sizeof(float), &wire, sizeof(float));
       }
+      kernels::stream_fence(stream_out);
     });
     for (const auto flag : bad) header.flags |= flag ? quantize::kFlagNonFinite : 0;
+    stats.nonfinite = 0;
+    std::size_t first = n;
+    for (std::size_t k = 0; k < chunks; ++k) {  // chunk order: the same result for any thread count
+      stats.nonfinite += bad_count[k];
+      first = std::min(first, bad_first[k]);
+    }
+    if (args.first_nonfinite) *args.first_nonfinite = first;
     stats.selected = n;
     return payload::write_header(header, out);
   }

@@ -11,6 +11,7 @@
 #include "kernels/bucket_reduce.h"
 #include "kernels/cpu_parallel.h"
 #include "kernels/signmag_cpu.h"
+#include "kernels/stream_store.h"
 
 namespace gradcomp {
 namespace {
@@ -55,6 +56,9 @@ class QsgdCompressor final : public ErrorFeedbackCompressor {
   }
 
  protected:
+  // The bucket statistics already flag non-finite values, so the base's separate scan is folded into encode().
+  bool fuses_nonfinite_scan() const override { return true; }
+
   std::size_t encode(const EncodeArgs& args, std::span<std::byte> out, CompressStats& stats) override {
     const std::size_t n = args.numel;
     payload::Header header = header_for(n, args.original_dtype);
@@ -65,12 +69,16 @@ class QsgdCompressor final : public ErrorFeedbackCompressor {
     const auto stream = kernels::PhiloxStream::make(seed_, args.tensor_key, args.ctx->step);
     const float prescale = args.ctx->prescale;
     const std::size_t chunk = quantize::bucket_chunk(bucket_);
-    std::vector<std::uint8_t> bad((n + chunk - 1) / chunk, 0);
+    const std::size_t chunks = (n + chunk - 1) / chunk;
+    std::vector<std::uint8_t> bad(chunks, 0);
+    std::vector<std::size_t> bad_count(chunks, 0), bad_first(chunks, n);
+    float* r_out = args.residual_out ? args.residual_out : args.residual;
+    const bool stream_out = args.residual_out && kernels::use_stream_stores(r_out, n, false);
     kernels::parallel_chunks(n, chunk, args.threads, [&](std::size_t k, std::size_t begin, std::size_t end) {
       for (std::size_t b0 = begin; b0 < end; b0 += bucket_) {
         const std::size_t b1 = std::min(end, b0 + bucket_);
         const float* g = args.grad + b0;
-        float* r = args.residual ? args.residual + b0 : nullptr;
+        const float* r = args.residual ? args.residual + b0 : nullptr;
         float scale = 0.0f;
         bool nonfinite = false;
         if (scale_ == ScaleKind::kMax) {
@@ -86,16 +94,27 @@ class QsgdCompressor final : public ErrorFeedbackCompressor {
         }
         float wire = scale * prescale;
         if (nonfinite) {
+          // v = g + r is non-finite somewhere (a non-finite g always makes it so): count the gradient's own.
           wire = std::numeric_limits<float>::quiet_NaN();
           bad[k] = 1;
-          kernels::signmag_nonfinite_range(args.grad, args.residual, b0, b1, bits_, packed);
+          kernels::count_nonfinite_range(args.grad, b0, b1, bad_count[k], bad_first[k]);
+          kernels::signmag_nonfinite_range(args.grad, args.residual, r_out, b0, b1, bits_, packed);
         } else {
-          kernels::signmag_quantize_range(args.grad, args.residual, b0, b1, scale, bits_, stream, packed);
+          kernels::signmag_quantize_range(args.grad, args.residual, r_out, b0, b1, scale, bits_, stream, packed,
+                                          stream_out);
         }
         std::memcpy(scales + (b0 / bucket_) * sizeof(float), &wire, sizeof(float));
       }
+      kernels::stream_fence(stream_out);
     });
     for (const auto flag : bad) header.flags |= flag ? quantize::kFlagNonFinite : 0;
+    stats.nonfinite = 0;
+    std::size_t first = n;
+    for (std::size_t k = 0; k < chunks; ++k) {  // chunk order: the same result for any thread count
+      stats.nonfinite += bad_count[k];
+      first = std::min(first, bad_first[k]);
+    }
+    if (args.first_nonfinite) *args.first_nonfinite = first;
     stats.selected = n;
     return payload::write_header(header, out);
   }

@@ -11,6 +11,7 @@
 #include "kernels/bucket_reduce.h"
 #include "kernels/cpu_parallel.h"
 #include "kernels/signmag_cpu.h"
+#include "kernels/stream_store.h"
 
 namespace gradcomp {
 namespace {
@@ -54,6 +55,9 @@ class TernGradCompressor final : public ErrorFeedbackCompressor {
   }
 
  protected:
+  // The bucket statistics already flag non-finite values, so the base's separate scan is folded into encode().
+  bool fuses_nonfinite_scan() const override { return true; }
+
   std::size_t encode(const EncodeArgs& args, std::span<std::byte> out, CompressStats& stats) override {
     const std::size_t n = args.numel;
     payload::Header header = header_for(n, args.original_dtype);
@@ -66,13 +70,19 @@ class TernGradCompressor final : public ErrorFeedbackCompressor {
     const std::size_t bucket = bucket_ ? bucket_ : n;
     constexpr unsigned kMask = kernels::kStatMax | kernels::kStatSq;
     bool any_bad = false;
+    float* r_out = args.residual_out ? args.residual_out : args.residual;
+    const bool stream_out = args.residual_out && kernels::use_stream_stores(r_out, n, false);
+    // Non-finite gradient values per parallel chunk (counted only where v = g + r was flagged), combined in chunk
+    // order so the result does not depend on the thread count.
+    const std::size_t chunk = bucket_ == 0 ? kernels::kParallelChunk : quantize::bucket_chunk(bucket);
+    const std::size_t chunks = n == 0 ? 0 : (n + chunk - 1) / chunk;
+    std::vector<std::size_t> bad_count(chunks, 0), bad_first(chunks, n);
     if (n == 0) {
       // nothing to encode
     } else if (bucket_ == 0) {
       // One scale for the whole tensor: a statistics pass over fixed chunks (partials combined in chunk order), then
       // a quantization pass.
-      const std::size_t chunk = kernels::kParallelChunk;
-      std::vector<kernels::BucketStats> partial((n + chunk - 1) / chunk);
+      std::vector<kernels::BucketStats> partial(chunks);
       kernels::parallel_chunks(n, chunk, args.threads, [&](std::size_t k, std::size_t begin, std::size_t end) {
         partial[k] = kernels::bucket_stats<kMask>(args.grad + begin, args.residual ? args.residual + begin : nullptr,
                                                   end - begin);
@@ -85,18 +95,20 @@ class TernGradCompressor final : public ErrorFeedbackCompressor {
       }
       const float scale = scale_from(total, n, clip_);
       any_bad = total.nonfinite;
-      kernels::parallel_chunks(n, chunk, args.threads, [&](std::size_t, std::size_t begin, std::size_t end) {
+      kernels::parallel_chunks(n, chunk, args.threads, [&](std::size_t k, std::size_t begin, std::size_t end) {
         if (any_bad) {
-          kernels::signmag_nonfinite_range(args.grad, args.residual, begin, end, kBits, packed);
+          if (partial[k].nonfinite) kernels::count_nonfinite_range(args.grad, begin, end, bad_count[k], bad_first[k]);
+          kernels::signmag_nonfinite_range(args.grad, args.residual, r_out, begin, end, kBits, packed);
         } else {
-          kernels::signmag_quantize_range(args.grad, args.residual, begin, end, scale, kBits, stream, packed);
+          kernels::signmag_quantize_range(args.grad, args.residual, r_out, begin, end, scale, kBits, stream, packed,
+                                          stream_out);
+          kernels::stream_fence(stream_out);
         }
       });
       const float wire = any_bad ? std::numeric_limits<float>::quiet_NaN() : scale * prescale;
       std::memcpy(scales, &wire, sizeof(float));
     } else {
-      const std::size_t chunk = quantize::bucket_chunk(bucket);
-      std::vector<std::uint8_t> bad((n + chunk - 1) / chunk, 0);
+      std::vector<std::uint8_t> bad(chunks, 0);
       kernels::parallel_chunks(n, chunk, args.threads, [&](std::size_t k, std::size_t begin, std::size_t end) {
         for (std::size_t b0 = begin; b0 < end; b0 += bucket) {
           const std::size_t b1 = std::min(end, b0 + bucket);
@@ -106,17 +118,27 @@ class TernGradCompressor final : public ErrorFeedbackCompressor {
           if (s.nonfinite) {
             wire = std::numeric_limits<float>::quiet_NaN();
             bad[k] = 1;
-            kernels::signmag_nonfinite_range(args.grad, args.residual, b0, b1, kBits, packed);
+            kernels::count_nonfinite_range(args.grad, b0, b1, bad_count[k], bad_first[k]);
+            kernels::signmag_nonfinite_range(args.grad, args.residual, r_out, b0, b1, kBits, packed);
           } else {
             const float scale = scale_from(s, b1 - b0, clip_);
             wire = scale * prescale;
-            kernels::signmag_quantize_range(args.grad, args.residual, b0, b1, scale, kBits, stream, packed);
+            kernels::signmag_quantize_range(args.grad, args.residual, r_out, b0, b1, scale, kBits, stream, packed,
+                                            stream_out);
           }
           std::memcpy(scales + (b0 / bucket) * sizeof(float), &wire, sizeof(float));
         }
+        kernels::stream_fence(stream_out);
       });
       for (const auto flag : bad) any_bad = any_bad || flag;
     }
+    stats.nonfinite = 0;
+    std::size_t first = n;
+    for (std::size_t k = 0; k < chunks; ++k) {
+      stats.nonfinite += bad_count[k];
+      first = std::min(first, bad_first[k]);
+    }
+    if (args.first_nonfinite) *args.first_nonfinite = first;
     if (any_bad) header.flags |= quantize::kFlagNonFinite;
     stats.selected = n;
     return payload::write_header(header, out);

@@ -94,4 +94,17 @@ inline BucketStats bucket_stats(const float* g, const float* r, std::size_t n) {
   return stats;
 }
 
+// Non-finite gradient values in g[begin, end): adds their count to `count` and lowers `first` to the smallest such
+// index. The fused codecs call it only for a bucket whose v = g + r was flagged non-finite (a non-finite g always
+// makes v non-finite, whatever r holds), so the common all-finite case costs nothing beyond the bucket statistics.
+inline void count_nonfinite_range(const float* g, std::size_t begin, std::size_t end, std::size_t& count,
+                                  std::size_t& first) {
+  for (std::size_t i = begin; i < end; ++i) {
+    if (!std::isfinite(g[i])) {
+      first = i < first ? i : first;
+      ++count;
+    }
+  }
+}
+
 }  // namespace gradcomp::kernels

@@ -44,10 +44,13 @@ inline __m256i unpack8_avx2(std::uint64_t word, __m256i shifts, __m256i mask, un
 }
 #endif
 
-// Codes of v = g + r (r may be null) for n <= kSignMagTile elements (the first one even); residual update; packed
-// into `packed_tile` (which has room for 8 spare bytes). random[j] is the Philox draw of elements 2j and 2j + 1.
-inline void quantize_tile(const float* g, float* r, std::size_t n, const std::uint32_t* random, float inverse,
-                          float unit, std::uint32_t levels, unsigned bits, std::uint8_t* packed_tile) {
+// Codes of v = g + r (r may be null) for n <= kSignMagTile elements (the first one even); the new residual v - decoded
+// goes to r_out (r itself for the in-place update; non-null whenever r is; `stream`: non-temporal stores, r_out
+// 16-byte aligned, the caller fences); codes packed into `packed_tile` (which has room for 8 spare bytes). random[j]
+// is the Philox draw of elements 2j and 2j + 1.
+inline void quantize_tile(const float* g, const float* r, float* r_out, std::size_t n, const std::uint32_t* random,
+                          float inverse, float unit, std::uint32_t levels, unsigned bits, std::uint8_t* packed_tile,
+                          bool stream) {
   std::size_t i = 0;
 #if defined(__AVX2__)
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
@@ -72,9 +75,11 @@ inline void quantize_tile(const float* g, float* r, std::size_t n, const std::ui
     if (r) {
       const __m256 magnitude = _mm256_mul_ps(_mm256_cvtepi32_ps(level), v_unit);
       const __m256 decoded = _mm256_xor_ps(magnitude, _mm256_castsi256_ps(_mm256_slli_epi32(sign, 31)));
-      _mm256_storeu_ps(r + i, _mm256_sub_ps(v, decoded));
+      store8(r_out + i, _mm256_sub_ps(v, decoded), stream);
     }
   }
+#else
+  (void)stream;
 #endif
   std::uint8_t codes[8] = {};
   for (; i < n; i += 8) {
@@ -84,7 +89,7 @@ inline void quantize_tile(const float* g, float* r, std::size_t n, const std::ui
       const float v = r ? g[i + j] + r[i + j] : g[i + j];
       const std::uint32_t code = signmag_quantize(v, inverse, levels, bits, signmag_uniform(random[(i + j) / 2], i + j));
       codes[j] = static_cast<std::uint8_t>(code);
-      if (r) r[i + j] = v - signmag_dequantize(code, unit, bits);
+      if (r) r_out[i + j] = v - signmag_dequantize(code, unit, bits);
     }
     pack8(codes, bits, packed_tile + i / 8 * bits);
   }
@@ -128,9 +133,12 @@ inline void dequantize_tile(const std::uint8_t* packed_tile, std::size_t n, floa
 
 // Quantizes v = g[i] + r[i] (r may be null: no error feedback) for i in [begin, end) with one `scale`, writes the
 // codes into `packed` (the whole tensor's packed section; begin must be a multiple of 8, and end too unless it is
-// the tensor's end) and the residual v - decoded into r.
-inline void signmag_quantize_range(const float* g, float* r, std::size_t begin, std::size_t end, float scale,
-                                   unsigned bits, const PhiloxStream& stream, std::uint8_t* packed) {
+// the tensor's end) and the residual v - decoded into r_out (= r for the in-place update; another buffer for the
+// fused path's ping-pong, which then leaves r untouched). `stream_out`: non-temporal stores into r_out (see
+// use_stream_stores; the caller fences with stream_fence before its chunk ends).
+inline void signmag_quantize_range(const float* g, const float* r, float* r_out, std::size_t begin, std::size_t end,
+                                   float scale, unsigned bits, const PhiloxStream& stream, std::uint8_t* packed,
+                                   bool stream_out = false) {
   const std::uint32_t levels = signmag_levels(bits);
   const float unit = signmag_unit(scale, levels);
   const float inverse = signmag_inverse_unit(scale, levels);
@@ -139,20 +147,21 @@ inline void signmag_quantize_range(const float* g, float* r, std::size_t begin, 
   for (std::size_t t0 = begin; t0 < end; t0 += kSignMagTile) {
     const std::size_t n = std::min(kSignMagTile, end - t0);
     philox_fill(stream, t0 / 2, (n + 1) / 2, random);  // t0 is a multiple of 8: t0 / 2 of 4
-    detail::quantize_tile(g + t0, r ? r + t0 : nullptr, n, random, inverse, unit, levels, bits, tile);
+    detail::quantize_tile(g + t0, r ? r + t0 : nullptr, r ? r_out + t0 : nullptr, n, random, inverse, unit, levels,
+                          bits, tile, stream_out);
     std::memcpy(packed + t0 / 8 * bits, tile, packed_bytes(n, bits));
   }
 }
 
 // A bucket whose v holds NaN/Inf (nonfinite=pass): every code is 0 (the caller stores a NaN scale, so the bucket
 // decodes to NaN and the framework's overflow check sees it), and the residual keeps the finite part of v, since
-// nothing usable was sent.
-inline void signmag_nonfinite_range(const float* g, float* r, std::size_t begin, std::size_t end, unsigned bits,
-                                    std::uint8_t* packed) {
+// nothing usable was sent. The new residual goes to r_out (= r in place).
+inline void signmag_nonfinite_range(const float* g, const float* r, float* r_out, std::size_t begin, std::size_t end,
+                                    unsigned bits, std::uint8_t* packed) {
   if (r) {
     for (std::size_t i = begin; i < end; ++i) {
       const float v = g[i] + r[i];
-      r[i] = std::isfinite(v) ? v : 0.0f;
+      r_out[i] = std::isfinite(v) ? v : 0.0f;
     }
   }
   std::memset(packed + begin / 8 * bits, 0, packed_bytes(end - begin, bits));
