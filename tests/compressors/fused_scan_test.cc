@@ -39,8 +39,8 @@ class FusedScan : public ::testing::TestWithParam<std::string> {};
 
 INSTANTIATE_TEST_SUITE_P(Codecs, FusedScan,
                          ::testing::Values("qsgd:bits=4", "qsgd:bits=8,scale=l2,bucket=64", "qsgd:bits=3,ef=off",
-                                           "terngrad:bucket=512", "terngrad:bucket=0", "terngrad:clip=0,bucket=128", "onebit:bucket=512",
-                                           "onebit:bucket=8,ef=off"));
+                                           "terngrad:bucket=512", "terngrad:bucket=0", "terngrad:clip=0,bucket=128",
+                                           "onebit:bucket=512", "onebit:bucket=8,ef=off"));
 
 TEST_P(FusedScan, RaiseLeavesStateUntouchedAndNextStepMatchesUninterruptedRun) {
   const std::size_t n = 150'000;  // three parallel chunks, so the residual buffers are large enough to stream
