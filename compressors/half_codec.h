@@ -3,12 +3,14 @@
 // rounding and saturation dropped, in the unscaled domain.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "compressors/error_feedback.h"
 #include "compressors/quantize_common.h"
 #include "gradcomp/error.h"
+#include "kernels/bucket_reduce.h"
 #include "kernels/cpu_parallel.h"
 #include "kernels/half_cpu.h"
 
@@ -29,6 +31,9 @@ class HalfCodec final : public ErrorFeedbackCompressor {
   }
 
  protected:
+  // Fused non-finite scan: the encoded chunk is checked for Inf/NaN codes while it is in cache (see encode()).
+  bool fuses_nonfinite_scan() const override { return true; }
+
   std::size_t encode(const EncodeArgs& args, std::span<std::byte> out, CompressStats& stats) override {
     payload::Header header;
     header.codec = codec();
@@ -42,14 +47,30 @@ class HalfCodec final : public ErrorFeedbackCompressor {
     GRADCOMP_CHECK(prescale > 0.0f && std::isfinite(prescale), "compressor '{}': prescale {} for tensor '{}' must be "
                    "finite and > 0", name(), prescale, args.ctx->name);
     const std::size_t chunks = (args.numel + kernels::kParallelChunk - 1) / kernels::kParallelChunk;
-    std::vector<std::size_t> saturated(chunks, 0);
+    std::vector<std::size_t> saturated(chunks, 0), bad_count(chunks, 0), bad_first(chunks, args.numel);
+    float* const r_out = args.residual_out ? args.residual_out : args.residual;
+    const bool stream_out = args.residual_out && kernels::use_stream_stores(r_out, args.numel, false);
     kernels::parallel_chunks(args.numel, kernels::kParallelChunk, args.threads,
                              [&](std::size_t k, std::size_t begin, std::size_t end) {
+                               const bool ef = args.residual != nullptr;
                                saturated[k] = kernels::half_encode_range<kFormat>(
-                                   args.grad + begin, args.residual ? args.residual + begin : nullptr, end - begin,
-                                   prescale, body + begin);
+                                   args.grad + begin, ef ? args.residual + begin : nullptr,
+                                   ef ? r_out + begin : nullptr, end - begin, prescale, body + begin, stream_out);
+                               kernels::stream_fence(stream_out);
+                               // The fused non-finite scan: the chunk's encoded values are still in cache; a
+                               // non-finite gradient value always encodes to Inf/NaN, so count exactly only then.
+                               if (kernels::half_any_nonfinite<kFormat>(body + begin, end - begin)) {
+                                 kernels::count_nonfinite_range(args.grad, begin, end, bad_count[k], bad_first[k]);
+                               }
                              });
     for (const auto count : saturated) stats.saturated += count;
+    stats.nonfinite = 0;
+    std::size_t first = args.numel;
+    for (std::size_t k = 0; k < chunks; ++k) {  // chunk order: the same result for any thread count
+      stats.nonfinite += bad_count[k];
+      first = std::min(first, bad_first[k]);
+    }
+    if (args.first_nonfinite) *args.first_nonfinite = first;
     stats.selected = args.numel;
     return size;
   }

@@ -1,9 +1,12 @@
 #include "compressors/none.h"
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "compressors/error_feedback.h"
 #include "gradcomp/error.h"
+#include "kernels/bucket_reduce.h"
 #include "kernels/cpu_parallel.h"
 
 namespace gradcomp {
@@ -20,6 +23,9 @@ class NoneCompressor final : public ErrorFeedbackCompressor {
   }
 
  protected:
+  // Fused non-finite scan: each copied chunk is checked while it is in cache (no residual, nothing to ping-pong).
+  bool fuses_nonfinite_scan() const override { return true; }
+
   std::size_t encode(const EncodeArgs& args, std::span<std::byte> out, CompressStats& stats) override {
     payload::Header header;
     header.codec = payload::CodecId::kNone;
@@ -30,14 +36,28 @@ class NoneCompressor final : public ErrorFeedbackCompressor {
     const std::size_t size = payload::write_header(header, out);
     auto* body = reinterpret_cast<float*>(out.data() + payload::section_offset(header, 0));
     const float scale = args.ctx->prescale;
+    const std::size_t chunks = (args.numel + kernels::kParallelChunk - 1) / kernels::kParallelChunk;
+    std::vector<std::size_t> bad_count(chunks, 0), bad_first(chunks, args.numel);
     kernels::parallel_chunks(args.numel, kernels::kParallelChunk, args.threads,
-                             [&](std::size_t, std::size_t begin, std::size_t end) {
+                             [&](std::size_t k, std::size_t begin, std::size_t end) {
                                if (scale == 1.0f) {
                                  std::memcpy(body + begin, args.grad + begin, (end - begin) * sizeof(float));
                                } else {
                                  for (std::size_t i = begin; i < end; ++i) body[i] = args.grad[i] * scale;
                                }
+                               // The fused non-finite scan, over the copy while it is in cache (a non-finite input
+                               // always gives a non-finite copy); exact count only then.
+                               if (kernels::any_nonfinite(body + begin, end - begin)) {
+                                 kernels::count_nonfinite_range(args.grad, begin, end, bad_count[k], bad_first[k]);
+                               }
                              });
+    stats.nonfinite = 0;
+    std::size_t first = args.numel;
+    for (std::size_t k = 0; k < chunks; ++k) {  // chunk order: the same result for any thread count
+      stats.nonfinite += bad_count[k];
+      first = std::min(first, bad_first[k]);
+    }
+    if (args.first_nonfinite) *args.first_nonfinite = first;
     stats.selected = args.numel;
     return size;
   }

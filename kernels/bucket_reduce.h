@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -92,6 +93,17 @@ inline BucketStats bucket_stats(const float* g, const float* r, std::size_t n) {
   stats.sum_abs = combine_lanes(sa);
   stats.sum_sq = combine_lanes(sq);
   return stats;
+}
+
+// Whether some of x[0, n) is Inf or NaN (exponent bits all ones; branch-free, so it vectorizes).
+inline bool any_nonfinite(const float* x, std::size_t n) {
+  std::uint32_t bad = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint32_t bits;
+    std::memcpy(&bits, x + i, sizeof(bits));
+    bad |= (bits & 0x7F800000u) == 0x7F800000u;
+  }
+  return bad != 0;
 }
 
 // Non-finite gradient values in g[begin, end): adds their count to `count` and lowers `first` to the smallest such

@@ -37,9 +37,11 @@ GRADCOMP_HOST_DEVICE bool half_saturates(float value) {
   return bf16_saturates(value);
 }
 
-// Scalar reference loop over [0, n); returns the number of saturated values. r may be null (no error feedback).
+// Scalar reference loop over [0, n); returns the number of saturated values. r may be null (no error feedback); the
+// new residual goes to r_out (= r in place; non-null whenever r is).
 template <HalfFormat kFormat>
-std::size_t half_encode_scalar(const float* g, float* r, std::size_t n, float prescale, std::uint16_t* out) {
+std::size_t half_encode_scalar(const float* g, const float* r, float* r_out, std::size_t n, float prescale,
+                               std::uint16_t* out) {
   std::size_t saturated = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const float v = r ? g[i] + r[i] : g[i];
@@ -47,14 +49,16 @@ std::size_t half_encode_scalar(const float* g, float* r, std::size_t n, float pr
     saturated += half_saturates<kFormat>(x);
     const std::uint16_t h = half_encode<kFormat>(x);
     out[i] = h;
-    if (r) r[i] = v - half_decode<kFormat>(h) / prescale;
+    if (r) r_out[i] = v - half_decode<kFormat>(h) / prescale;
   }
   return saturated;
 }
 
 #if GRADCOMP_HAVE_F16C
-// 8 values at a time with F16C; identical results to half_encode_scalar<kF16>.
-inline std::size_t fp16_encode_avx2(const float* g, float* r, std::size_t n, float prescale, std::uint16_t* out) {
+// 8 values at a time with F16C; identical results to half_encode_scalar<kF16>. `stream`: non-temporal stores into
+// r_out (16-byte aligned; the caller fences).
+inline std::size_t fp16_encode_avx2(const float* g, const float* r, float* r_out, std::size_t n, float prescale,
+                                    std::uint16_t* out, bool stream) {
   const __m256 scale = _mm256_set1_ps(prescale);
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
   const __m256 sat_from = _mm256_set1_ps(65520.0f);
@@ -67,7 +71,8 @@ inline std::size_t fp16_encode_avx2(const float* g, float* r, std::size_t n, flo
     if (r) v = _mm256_add_ps(v, _mm256_loadu_ps(r + i));
     const __m256 x = _mm256_mul_ps(v, scale);
     if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q))) {  // a NaN: the scalar path defines its bits
-      saturated += half_encode_scalar<HalfFormat::kF16>(g + i, r ? r + i : nullptr, 8, prescale, out + i);
+      saturated += half_encode_scalar<HalfFormat::kF16>(g + i, r ? r + i : nullptr, r ? r_out + i : nullptr, 8,
+                                                        prescale, out + i);
       continue;
     }
     const __m256 a = _mm256_and_ps(x, abs_mask);
@@ -77,20 +82,40 @@ inline std::size_t fp16_encode_avx2(const float* g, float* r, std::size_t n, flo
     saturated += static_cast<std::size_t>(__builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(sat))));
     const __m128i h = _mm256_cvtps_ph(y, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
-    if (r) _mm256_storeu_ps(r + i, _mm256_sub_ps(v, _mm256_div_ps(_mm256_cvtph_ps(h), scale)));
+    if (r) store8(r_out + i, _mm256_sub_ps(v, _mm256_div_ps(_mm256_cvtph_ps(h), scale)), stream);
   }
-  saturated += half_encode_scalar<HalfFormat::kF16>(g + i, r ? r + i : nullptr, n - i, prescale, out + i);
+  saturated += half_encode_scalar<HalfFormat::kF16>(g + i, r ? r + i : nullptr, r ? r_out + i : nullptr, n - i,
+                                                    prescale, out + i);
   return saturated;
 }
 #endif
 
-// The fastest available encode loop for kFormat.
+// The fastest available encode loop for kFormat; the new residual goes to r_out (= r in place; non-null whenever r
+// is). `stream`: non-temporal stores into r_out where the loop is vectorized (16-byte aligned; the caller fences).
+template <HalfFormat kFormat>
+std::size_t half_encode_range(const float* g, const float* r, float* r_out, std::size_t n, float prescale,
+                              std::uint16_t* out, bool stream = false) {
+#if GRADCOMP_HAVE_F16C
+  if constexpr (kFormat == HalfFormat::kF16) return fp16_encode_avx2(g, r, r_out, n, prescale, out, stream);
+#endif
+  (void)stream;
+  return half_encode_scalar<kFormat>(g, r, r_out, n, prescale, out);
+}
+
+// In-place residual update.
 template <HalfFormat kFormat>
 std::size_t half_encode_range(const float* g, float* r, std::size_t n, float prescale, std::uint16_t* out) {
-#if GRADCOMP_HAVE_F16C
-  if constexpr (kFormat == HalfFormat::kF16) return fp16_encode_avx2(g, r, n, prescale, out);
-#endif
-  return half_encode_scalar<kFormat>(g, r, n, prescale, out);
+  return half_encode_range<kFormat>(g, r, r, n, prescale, out, false);
+}
+
+// Whether some of the n encoded values is Inf or NaN (exponent all ones). Encoding saturates finite values, so this
+// flags exactly the non-finite inputs of the encode (a superset of the non-finite gradient values).
+template <HalfFormat kFormat>
+bool half_any_nonfinite(const std::uint16_t* h, std::size_t n) {
+  constexpr std::uint16_t kExponent = kFormat == HalfFormat::kF16 ? 0x7C00 : 0x7F80;
+  unsigned bad = 0;
+  for (std::size_t i = 0; i < n; ++i) bad |= (h[i] & kExponent) == kExponent;
+  return bad != 0;
 }
 
 // out[i] (+)= decode(in[i]) for i in [0, n); `stream`: non-temporal stores (see use_stream_stores; caller fences).

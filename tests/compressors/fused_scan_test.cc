@@ -1,4 +1,4 @@
-// The fused non-finite scan (ErrorFeedbackCompressor::fuses_nonfinite_scan; qsgd, terngrad, onebit opt in): the codec
+// The fused non-finite scan (ErrorFeedbackCompressor::fuses_nonfinite_scan; every dense codec opts in): the codec
 // counts NaN/Inf in its own encode pass and writes the new residual into a second buffer, so a raising or skipped
 // step must leave the state exactly as it was and the next finite step must match an uninterrupted run; the count
 // and first index must be exact, identical for any thread count, and about the gradient (not g + residual).
@@ -40,13 +40,19 @@ class FusedScan : public ::testing::TestWithParam<std::string> {};
 INSTANTIATE_TEST_SUITE_P(Codecs, FusedScan,
                          ::testing::Values("qsgd:bits=4", "qsgd:bits=8,scale=l2,bucket=64", "qsgd:bits=3,ef=off",
                                            "terngrad:bucket=512", "terngrad:bucket=0", "terngrad:clip=0,bucket=128",
-                                           "onebit:bucket=512", "onebit:bucket=8,ef=off"));
+                                           "onebit:bucket=512", "onebit:bucket=8,ef=off", "fp16", "fp16:prescale=0.5",
+                                           "bf16", "bf16:ef=off", "none"));
+
+// `spec` with one more parameter.
+std::string with(const std::string& spec, const std::string& param) {
+  return fmt::format("{}{}{}", spec, spec.find(':') == std::string::npos ? ":" : ",", param);
+}
 
 TEST_P(FusedScan, RaiseLeavesStateUntouchedAndNextStepMatchesUninterruptedRun) {
   const std::size_t n = 150'000;  // three parallel chunks, so the residual buffers are large enough to stream
   for (int threads : {1, 3}) {
-    auto codec = make_compressor(fmt::format("{},nonfinite=raise", GetParam()));
-    auto reference = make_compressor(fmt::format("{},nonfinite=raise", GetParam()));
+    auto codec = make_compressor(with(GetParam(), "nonfinite=raise"));
+    auto reference = make_compressor(with(GetParam(), "nonfinite=raise"));
     codec->set_threads(threads);
     reference->set_threads(threads);
     for (std::uint64_t step = 0; step < 2; ++step) {
@@ -86,7 +92,7 @@ TEST_P(FusedScan, SkipAndPassCountExactlyForAnyThreadCount) {
   for (std::size_t i : bad_at) grad[i] = (i % 2) ? kNaN : -kInf;
   std::vector<std::vector<std::byte>> pass_payloads, pass_states;
   for (int threads : {1, 2, 3}) {
-    auto skip = make_compressor(fmt::format("{},nonfinite=skip", GetParam()));
+    auto skip = make_compressor(with(GetParam(), "nonfinite=skip"));
     skip->set_threads(threads);
     run(*skip, normal(n, 6), 0);
     const auto before = skip->save_state();
@@ -95,7 +101,7 @@ TEST_P(FusedScan, SkipAndPassCountExactlyForAnyThreadCount) {
     EXPECT_EQ(skip->last_stats().nonfinite, bad_at.size()) << GetParam() << " threads " << threads;
     EXPECT_EQ(skip->save_state(), before) << GetParam();
 
-    auto pass = make_compressor(fmt::format("{},nonfinite=pass", GetParam()));
+    auto pass = make_compressor(with(GetParam(), "nonfinite=pass"));
     pass->set_threads(threads);
     run(*pass, normal(n, 6), 0);
     pass_payloads.push_back(run(*pass, grad, 1));
