@@ -47,7 +47,7 @@ std::size_t env_bytes(const char* name, std::size_t fallback) {
 
 std::size_t default_fusion_threshold() { return env_bytes("GRADCOMP_FUSION_THRESHOLD", std::size_t{64} << 20); }
 
-std::size_t default_fusion_tensor_limit() { return env_bytes("GRADCOMP_FUSION_TENSOR_LIMIT", 0); }
+std::size_t default_fusion_tensor_limit() { return env_bytes("GRADCOMP_FUSION_TENSOR_LIMIT", std::size_t{1} << 20); }
 
 std::string default_timeline_path() {
   const char* value = env("GRADCOMP_TIMELINE");
