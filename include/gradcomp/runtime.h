@@ -12,6 +12,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -166,6 +167,25 @@ class Runtime {
 
   // Error-feedback residual of `name` (f32, numel elements), empty if the runtime holds none.
   std::vector<float> residual(std::string_view name) const;
+
+  // Checkpoint of this rank's compression state: the per-tensor-name residuals the runtime keeps for fused buffers,
+  // the state of every compressor instance it created (residuals, DGC momenta, ... of the codecs, including the
+  // second instance that re-quantizes scatter-reduce-allgather's partial sums), the per-buffer step counters that
+  // feed the codecs' random streams, and the "auto" policy's calibration. The bytes are versioned and checksummed.
+  // States are per rank (residuals differ between ranks): save on every rank, load each rank's own.
+  // Legal only while no work is pending on this rank (after synchronize(), before the next allreduce_async(); not
+  // from a completion callback): else InvalidArgument. Rethrows the error that stopped the runtime, if any.
+  // Does not communicate; other ranks keep running.
+  std::vector<std::byte> save_state() const;
+  // Replaces this rank's compression state with one from save_state() of a runtime with the same options on a
+  // communicator of the same size and at the same rank. A fresh runtime that loads the state on every rank (before
+  // any rank submits work) then computes the same bits as the runtime that saved it would have, provided the
+  // tensors are grouped into the same fusion buffers (see docs/runtime.md: the grouping follows arrival within
+  // cycles). Same preconditions as save_state(). Throws CorruptPayload for damaged or truncated bytes,
+  // InvalidArgument for a state of another world size or rank, or of another codec state format; all-or-nothing
+  // (on error the runtime is unchanged). Later, allreduce_async() of a name whose loaded residual has another numel
+  // or was kept for another spec throws InvalidArgument naming the tensor.
+  void load_state(std::span<const std::byte> state);
 
   // Changes the fusion threshold (bytes; 0 disables fusion) from the next cycle on. Rank 0's value is used by every
   // rank (it travels in the negotiation message), so call it on rank 0, or on every rank alike.
