@@ -39,7 +39,7 @@ void usage() {
       "  --spec S       compressor spec; repeat for several (default: none and topk:ratio=0.01)\n"
       "  --steps N      timed steps per row (default 3), after --warmup N untimed steps (default 1)\n"
       "  --threshold B  fusion threshold of the fused run, bytes (default 64 MiB; the unfused run uses 0)\n"
-      "  --tensor-limit B  largest tensor copied into a fusion buffer, bytes (default 0 = no limit)\n"
+      "  --tensor-limit B  largest tensor copied into a fusion buffer, bytes (default: the runtime's, 1 MiB; 0 = no limit)\n"
       "  --cycle-ms T   negotiation cycle time (default 1)\n"
       "  --timeout S    communicator timeout, seconds (default 600)\n"
       "  --json         one JSON object per row\n"

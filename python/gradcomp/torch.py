@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import os
 import socket
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -351,6 +352,10 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
     if _ctx.size == 1:
         return
     state = optimizer.state_dict() if _ctx.rank == root_rank else None
+    if state is not None and isinstance(state.get("gradcomp"), dict) and "runtime" in state["gradcomp"]:
+        # The fusion runtime's state is per rank (residuals differ): each rank keeps its own.
+        state = dict(state)
+        state["gradcomp"] = {k: v for k, v in state["gradcomp"].items() if k != "runtime"}
     state = broadcast_object(state, root_rank)
     if _ctx.rank != root_rank:
         optimizer.load_state_dict(state)
@@ -566,6 +571,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         sd = super(self.__class__, self).state_dict()
         sd["gradcomp"] = {"spec": self._compressor.spec, "step": self._step_count_gc,
                           "compressor": self._compressor.state_dict()}
+        if _ctx.backend == "runtime" and _ctx.runtime is not None:
+            # The C++ runtime keeps the residuals of its fused buffers and its own codec instances: this rank's
+            # share of the checkpoint (per rank; raises InvalidArgument while gradients are still in flight).
+            if self._handles:
+                raise InvalidArgument("DistributedOptimizer.state_dict(): gradients are still being reduced; call "
+                                      "step() or synchronize() first")
+            sd["gradcomp"]["runtime"] = {"rank": _ctx.rank, "size": _ctx.size,
+                                         "state": _ctx.runtime.save_state()}
         return sd
 
     def load_state_dict(self, state_dict):
@@ -575,6 +588,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if gc is not None:
             self._compressor.load_state_dict(gc["compressor"])
             self._step_count_gc = int(gc["step"])
+            rt = gc.get("runtime")
+            if rt is not None:
+                if _ctx.backend != "runtime" or _ctx.runtime is None:
+                    warnings.warn("DistributedOptimizer.load_state_dict(): the checkpoint holds the fusion runtime's "
+                                  f"state but the backend is '{_ctx.backend}'; the runtime's residuals are dropped")
+                elif (rt["rank"], rt["size"]) != (_ctx.rank, _ctx.size):
+                    raise InvalidArgument(f"DistributedOptimizer.load_state_dict() on rank {_ctx.rank} of "
+                                          f"{_ctx.size}: the runtime state was saved by rank {rt['rank']} of "
+                                          f"{rt['size']} (checkpoints are per rank: load each rank's own file)")
+                else:
+                    if self._handles:
+                        raise InvalidArgument("DistributedOptimizer.load_state_dict(): gradients are still being "
+                                              "reduced; call step() or synchronize() first")
+                    _ctx.runtime.load_state(bytes(rt["state"]))
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,

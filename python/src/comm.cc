@@ -147,6 +147,26 @@ void init_comm(nb::module_& m) {
              r.shutdown();
            })
       .def("residual", &Runtime::residual, "name"_a)
+      .def(
+          "save_state",
+          [](const Runtime& r) {
+            std::vector<std::byte> state;
+            {
+              nb::gil_scoped_release release;
+              state = r.save_state();
+            }
+            return nb::bytes(reinterpret_cast<const char*>(state.data()), state.size());
+          },
+          "This rank's compression state (residuals, codec states, step counters) as bytes; only when no work is "
+          "pending (after synchronize()).")
+      .def(
+          "load_state",
+          [](Runtime& r, nb::bytes state) {
+            const std::span<const std::byte> bytes(reinterpret_cast<const std::byte*>(state.c_str()), state.size());
+            nb::gil_scoped_release release;
+            r.load_state(bytes);
+          },
+          "state"_a, "Restores a state from save_state() of the same rank (same options and world size).")
       .def("stats",
            [](const Runtime& r) {
              const RuntimeStats s = r.stats();

@@ -1,6 +1,8 @@
 // Subcommands of the gradcomp command-line tool. Each returns the process exit code.
 #pragma once
 
+#include "src/core/json.h"
+
 #include <string>
 #include <vector>
 
@@ -9,7 +11,6 @@ namespace gradcomp::cli {
 int run_list(std::vector<std::string> args);
 int run_probe(std::vector<std::string> args);
 
-// JSON string literal of `text` (quotes included).
-std::string json_string(const std::string& text);
+using gradcomp::json_string;  // src/core/json.h
 
 }  // namespace gradcomp::cli

@@ -116,23 +116,38 @@ Executor::Executor(Communicator& comm, const RuntimeOptions& options, Timeline* 
 Codec& Executor::codec_for(const std::string& spec, DType dtype) {
   const bool want_ef = spec != kAutoSpec && ef_requested(spec);
   auto probe = default_registry().info(parse_spec(spec).name).traits;
-  const bool runtime_ef = want_ef && probe.lossy && dtype == DType::kF32;
-  const std::string key = fmt::format("{}|{}", spec, runtime_ef);
-  auto it = codecs_.find(key);
+  bool runtime_ef = want_ef && probe.lossy && dtype == DType::kF32;
+  auto it = codecs_.find(fmt::format("{}|{}", spec, runtime_ef));
   if (it != codecs_.end()) return it->second;
+  if (runtime_ef && codecs_.count(fmt::format("{}|false", spec)) != 0) {
+    return codecs_.at(fmt::format("{}|false", spec));  // a codec without ef=off (dgc), found before
+  }
   Codec codec;
   codec.spec = spec;
+  if (runtime_ef) {
+    try {
+      codec.compressor = make_compressor(with_error_feedback(spec, false));
+    } catch (const InvalidArgument&) {
+      // The codec has no ef=off (DGC: its accumulator is the error feedback). It keeps its own state, keyed by the
+      // buffer name, so fusible() sends such tensors alone under their own names.
+      runtime_ef = false;
+      if (auto found = codecs_.find(fmt::format("{}|false", spec)); found != codecs_.end()) return found->second;
+    }
+  }
+  const std::string key = fmt::format("{}|{}", spec, runtime_ef);
   codec.runtime_ef = runtime_ef;
-  codec.compressor = make_compressor(runtime_ef ? with_error_feedback(spec, false) : spec);
+  if (!codec.compressor) codec.compressor = make_compressor(spec);
   if (runtime_ef) codec.second = make_compressor(spec);
   codec.traits = codec.compressor->traits();
   return codecs_.emplace(key, std::move(codec)).first->second;
 }
 
 bool Executor::fusible(const Signature& signature) {
-  if (signature.spec == kAutoSpec || signature.dtype == DType::kF32) return true;
+  if (signature.spec == kAutoSpec) return true;
+  // A lossy codec with error feedback that the runtime cannot take over (f16/bf16 tensors, codecs without ef=off)
+  // keys its residual by the name it is given: such tensors travel alone, under their own names.
   const Codec& codec = codec_for(signature.spec, signature.dtype);
-  return !(codec.traits.lossy && ef_requested(signature.spec));
+  return codec.runtime_ef || !(codec.traits.lossy && ef_requested(signature.spec));
 }
 
 void Executor::calibrate() {
@@ -224,6 +239,123 @@ std::vector<float> Executor::residual(const std::string& name) const {
   return it == residuals_.end() ? std::vector<float>{} : it->second;
 }
 
+namespace {
+constexpr std::uint32_t kCodecMagic = 0x43455845;  // "EXEC"
+}  // namespace
+
+void Executor::save_state(ByteWriter& writer) const {
+  writer.put<std::uint32_t>(kCodecMagic);
+  writer.put<std::uint64_t>(codecs_.size());
+  for (const auto& [key, codec] : codecs_) {
+    writer.put_string(codec.spec);
+    writer.put<std::uint8_t>(codec.runtime_ef ? 1 : 0);
+    const std::vector<std::byte> state = codec.compressor->save_state();
+    writer.put_array(std::span<const std::byte>(state));
+    const std::vector<std::byte> second = codec.second ? codec.second->save_state() : std::vector<std::byte>{};
+    writer.put_array(std::span<const std::byte>(second));
+  }
+  {
+    std::lock_guard lock(residual_mutex_);
+    writer.put<std::uint64_t>(residuals_.size());
+    for (const auto& [name, residual] : residuals_) {
+      writer.put_string(name);
+      auto spec = residual_specs_.find(name);
+      writer.put_string(spec == residual_specs_.end() ? std::string() : spec->second);
+      writer.put_array(std::span<const float>(residual));
+    }
+  }
+  writer.put<std::uint64_t>(steps_.size());
+  for (const auto& [name, step] : steps_) {
+    writer.put_string(name);
+    writer.put<std::uint64_t>(step);
+  }
+  writer.put<std::uint8_t>(model_.ready ? 1 : 0);
+  writer.put<double>(model_.link_bytes_per_s);
+  writer.put<std::uint64_t>(model_.candidates.size());
+  for (const auto& candidate : model_.candidates) {
+    writer.put_string(candidate.spec);
+    writer.put<double>(candidate.compress_bytes_per_s);
+    writer.put<double>(candidate.decompress_bytes_per_s);
+    writer.put<double>(candidate.payload_ratio);
+  }
+}
+
+std::map<std::string, Executor::ResidualShape> Executor::load_state(ByteReader& reader) {
+  GRADCOMP_CHECK_AS(CorruptPayload, reader.get<std::uint32_t>() == kCodecMagic,
+                    "corrupt runtime state on rank {}: bad executor section marker", comm_.rank());
+  // Everything is built aside first; the executor changes only once all of it parsed and loaded.
+  std::map<std::string, Codec> codecs;
+  const auto codec_count = reader.get<std::uint64_t>();
+  for (std::uint64_t i = 0; i < codec_count; ++i) {
+    Codec codec;
+    codec.spec = reader.get_string();
+    const auto flag = reader.get<std::uint8_t>();
+    GRADCOMP_CHECK_AS(CorruptPayload, flag <= 1, "corrupt runtime state on rank {}: codec flag {}", comm_.rank(),
+                      flag);
+    codec.runtime_ef = flag == 1;
+    const auto state = reader.get_array<std::byte>();
+    const auto second = reader.get_array<std::byte>();
+    codec.compressor = make_compressor(codec.runtime_ef ? with_error_feedback(codec.spec, false) : codec.spec);
+    codec.compressor->load_state(state);
+    if (codec.runtime_ef) {
+      codec.second = make_compressor(codec.spec);
+      codec.second->load_state(second);
+    } else {
+      GRADCOMP_CHECK_AS(CorruptPayload, second.empty(),
+                        "corrupt runtime state on rank {}: codec '{}' has a second state but no second instance",
+                        comm_.rank(), codec.spec);
+    }
+    codec.traits = codec.compressor->traits();
+    const std::string key = fmt::format("{}|{}", codec.spec, codec.runtime_ef);
+    GRADCOMP_CHECK_AS(CorruptPayload, codecs.count(key) == 0, "corrupt runtime state on rank {}: codec '{}' twice",
+                      comm_.rank(), key);
+    codecs.emplace(key, std::move(codec));
+  }
+  std::map<std::string, std::vector<float>, std::less<>> residuals;
+  std::map<std::string, std::string> residual_specs;
+  std::map<std::string, ResidualShape> shapes;
+  const auto residual_count = reader.get<std::uint64_t>();
+  for (std::uint64_t i = 0; i < residual_count; ++i) {
+    std::string name = reader.get_string();
+    std::string spec = reader.get_string();
+    std::vector<float> residual = reader.get_array<float>();
+    shapes[name] = ResidualShape{residual.size(), spec};
+    if (!spec.empty()) residual_specs[name] = spec;
+    GRADCOMP_CHECK_AS(CorruptPayload, residuals.emplace(std::move(name), std::move(residual)).second,
+                      "corrupt runtime state on rank {}: a residual name appears twice", comm_.rank());
+  }
+  std::map<std::string, std::uint64_t> steps;
+  const auto step_count = reader.get<std::uint64_t>();
+  for (std::uint64_t i = 0; i < step_count; ++i) {
+    std::string name = reader.get_string();
+    steps[name] = reader.get<std::uint64_t>();
+  }
+  AutoModel model;
+  const auto ready = reader.get<std::uint8_t>();
+  GRADCOMP_CHECK_AS(CorruptPayload, ready <= 1, "corrupt runtime state on rank {}: auto flag {}", comm_.rank(), ready);
+  model.ready = ready == 1;
+  model.link_bytes_per_s = reader.get<double>();
+  const auto candidate_count = reader.get<std::uint64_t>();
+  for (std::uint64_t i = 0; i < candidate_count; ++i) {
+    AutoModel::Candidate candidate;
+    candidate.spec = reader.get_string();
+    candidate.compress_bytes_per_s = reader.get<double>();
+    candidate.decompress_bytes_per_s = reader.get<double>();
+    candidate.payload_ratio = reader.get<double>();
+    candidate.traits = default_registry().info(parse_spec(candidate.spec).name).traits;
+    model.candidates.push_back(std::move(candidate));
+  }
+  codecs_ = std::move(codecs);
+  {
+    std::lock_guard lock(residual_mutex_);
+    residuals_ = std::move(residuals);
+    residual_specs_ = std::move(residual_specs);
+  }
+  steps_ = std::move(steps);
+  model_ = std::move(model);
+  return shapes;
+}
+
 BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const ReadyTensor*>& members,
                                const std::vector<TensorView>& tensors) {
   BufferRecord record;
@@ -254,9 +386,15 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
       const TensorView& t = tensors[m];
       std::byte* dst = static_cast<std::byte*>(buffer.data()) + group.offsets[m] * elem;
       auto it = fold ? residuals_.find(members[m]->name) : residuals_.end();
+      if (it != residuals_.end() && it->second.size() != t.numel()) {
+        residuals_.erase(it);  // the name now has another size: its old residual means nothing for it
+        residual_specs_.erase(members[m]->name);
+        it = residuals_.end();
+      }
       if (it == residuals_.end() && codec.runtime_ef) {
         it = residuals_.emplace(members[m]->name, std::vector<float>(t.numel(), 0.0f)).first;
       }
+      if (codec.runtime_ef) residual_specs_[members[m]->name] = codec.spec;
       if (it == residuals_.end()) {
         if (!single) std::memcpy(dst, t.data(), t.bytes());
         continue;
@@ -269,7 +407,10 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
         v[i] = value;
         r[i] = value;
       }
-      if (!codec.runtime_ef) residuals_.erase(it);  // transmitted exactly: nothing left over
+      if (!codec.runtime_ef) {  // transmitted exactly: nothing left over
+        residual_specs_.erase(it->first);
+        residuals_.erase(it);
+      }
     }
   }
   auto copy_end = Clock::now();

@@ -23,6 +23,7 @@
 #include "gradcomp/collectives.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/compressor.h"
+#include "compressors/state_io.h"
 #include "gradcomp/runtime.h"
 #include "src/runtime/fusion.h"
 #include "src/runtime/timeline.h"
@@ -70,6 +71,19 @@ class Executor {
 
   // Copy of the residual of `name` (thread-safe).
   std::vector<float> residual(const std::string& name) const;
+
+  // Everything that determines the results of later execute() calls: every codec instance's state (including the
+  // second instance of runtime-EF codecs), the per-name residuals, the per-buffer step counters and the "auto"
+  // calibration. Only while no execute() runs (the runtime checks that no work is pending).
+  void save_state(ByteWriter& writer) const;
+  // Replaces that state with one written by save_state(). All-or-nothing: on any error (CorruptPayload for damaged
+  // bytes, InvalidArgument for a codec state that does not fit its spec) nothing changes. Returns the loaded
+  // residuals' shapes, so that the runtime can check later submissions against them.
+  struct ResidualShape {
+    std::size_t numel = 0;
+    std::string spec;  // canonical spec (ef=on) of the codec the residual was kept for
+  };
+  std::map<std::string, ResidualShape> load_state(ByteReader& reader);
   const AutoModel& auto_model() const { return model_; }
 
  private:
@@ -83,6 +97,7 @@ class Executor {
   std::map<std::string, Codec> codecs_;  // key: spec + '|' + runtime_ef
   mutable std::mutex residual_mutex_;
   std::map<std::string, std::vector<float>, std::less<>> residuals_;
+  std::map<std::string, std::string> residual_specs_;  // name -> spec of the codec its residual belongs to
   std::map<std::string, std::uint64_t> steps_;  // per buffer name
   FusionArena arena_;
   std::vector<float> scratch_;

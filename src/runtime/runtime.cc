@@ -13,6 +13,7 @@
 #include <set>
 #include <thread>
 
+#include "compressors/state_io.h"
 #include "gradcomp/error.h"
 #include "src/runtime/executor.h"
 #include "src/runtime/fusion.h"
@@ -31,6 +32,19 @@ const char* env(const char* name) {
   return value != nullptr && *value != '\0' ? value : nullptr;
 }
 
+constexpr std::uint32_t kStateMagic = 0x53524347;  // "GCRS"
+constexpr std::uint32_t kStateVersion = 1;
+
+// FNV-1a, 64 bit: catches damaged checkpoints before any field is interpreted.
+std::uint64_t checksum(std::span<const std::byte> bytes) {
+  std::uint64_t hash = 1469598103934665603ull;
+  for (std::byte b : bytes) {
+    hash ^= std::to_integer<std::uint64_t>(b);
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
 std::chrono::duration<double> to_seconds(Clock::duration d) { return std::chrono::duration<double>(d); }
 
 std::size_t env_bytes(const char* name, std::size_t fallback) {
@@ -47,7 +61,7 @@ std::size_t env_bytes(const char* name, std::size_t fallback) {
 
 std::size_t default_fusion_threshold() { return env_bytes("GRADCOMP_FUSION_THRESHOLD", std::size_t{64} << 20); }
 
-std::size_t default_fusion_tensor_limit() { return env_bytes("GRADCOMP_FUSION_TENSOR_LIMIT", 0); }
+std::size_t default_fusion_tensor_limit() { return env_bytes("GRADCOMP_FUSION_TENSOR_LIMIT", std::size_t{1} << 20); }
 
 std::string default_timeline_path() {
   const char* value = env("GRADCOMP_TIMELINE");
@@ -128,6 +142,16 @@ class Runtime::Impl {
     if (fatal_) std::rethrow_exception(fatal_);
     GRADCOMP_CHECK(!shutdown_requested_, "allreduce_async('{}') on rank {}: the runtime is shut down", name,
                    comm_.rank());
+    if (auto it = loaded_.find(request.name); it != loaded_.end()) {
+      // First submission of a name whose residual came from load_state(): it must be the tensor it was saved for.
+      const bool auto_spec = request.signature.spec == runtime::kAutoSpec;
+      GRADCOMP_CHECK(tensor.dtype() == DType::kF32 && tensor.numel() == it->second.numel &&
+                         (auto_spec || it->second.spec.empty() || it->second.spec == request.signature.spec),
+                     "allreduce_async('{}') on rank {}: the loaded runtime state holds a residual of f32[{}] for "
+                     "spec '{}', but the tensor is {} with spec '{}'",
+                     name, comm_.rank(), it->second.numel, it->second.spec, tensor.describe(), request.signature.spec);
+      loaded_.erase(it);
+    }
     GRADCOMP_CHECK(active_names_.insert(request.name).second,
                    "allreduce_async('{}') on rank {}: a tensor of that name is still pending", name, comm_.rank());
     request.id = ++next_id_;
@@ -201,6 +225,59 @@ class Runtime::Impl {
   }
 
   std::vector<float> residual(std::string_view name) const { return executor_.residual(std::string(name)); }
+
+  // Holding mutex_ keeps new work from starting (enqueue and the cycle's queue swap both take it); with nothing in
+  // flight the background thread cannot be inside the executor, so its state may be read or replaced here.
+  void require_idle(const char* what) const {
+    if (fatal_) std::rethrow_exception(fatal_);
+    GRADCOMP_CHECK(in_flight_ == 0 && queue_.empty(),
+                   "{} on rank {}: {} tensor(s) still pending; call synchronize() first", what, comm_.rank(),
+                   in_flight_);
+  }
+
+  std::vector<std::byte> save_state() const {
+    std::lock_guard lock(mutex_);
+    require_idle("Runtime::save_state");
+    ByteWriter body;
+    body.put<std::uint32_t>(static_cast<std::uint32_t>(comm_.size()));
+    body.put<std::uint32_t>(static_cast<std::uint32_t>(comm_.rank()));
+    executor_.save_state(body);
+    const std::vector<std::byte> bytes = body.take();
+    ByteWriter out;
+    out.put<std::uint32_t>(kStateMagic);
+    out.put<std::uint32_t>(kStateVersion);
+    out.put<std::uint64_t>(checksum(bytes));
+    out.put_array(std::span<const std::byte>(bytes));
+    return out.take();
+  }
+
+  void load_state(std::span<const std::byte> state) {
+    ByteReader outer(state, fmt::format("runtime state on rank {}", comm_.rank()));
+    GRADCOMP_CHECK_AS(CorruptPayload, outer.get<std::uint32_t>() == kStateMagic,
+                      "Runtime::load_state on rank {}: not a runtime state (bad magic)", comm_.rank());
+    const auto version = outer.get<std::uint32_t>();
+    GRADCOMP_CHECK_AS(CorruptPayload, version == kStateVersion,
+                      "Runtime::load_state on rank {}: state format version {}, this build reads {}", comm_.rank(),
+                      version, kStateVersion);
+    const auto sum = outer.get<std::uint64_t>();
+    const std::vector<std::byte> bytes = outer.get_array<std::byte>();
+    GRADCOMP_CHECK_AS(CorruptPayload, outer.at_end() && checksum(bytes) == sum,
+                      "Runtime::load_state on rank {}: corrupt state (checksum mismatch or trailing bytes)",
+                      comm_.rank());
+    ByteReader reader(bytes, fmt::format("runtime state on rank {}", comm_.rank()));
+    const auto world = reader.get<std::uint32_t>();
+    const auto rank = reader.get<std::uint32_t>();
+    GRADCOMP_CHECK(world == static_cast<std::uint32_t>(comm_.size()) &&
+                       rank == static_cast<std::uint32_t>(comm_.rank()),
+                   "Runtime::load_state on rank {} of {}: the state was saved by rank {} of {} (states are per rank)",
+                   comm_.rank(), comm_.size(), rank, world);
+    std::lock_guard lock(mutex_);
+    require_idle("Runtime::load_state");
+    auto shapes = executor_.load_state(reader);
+    GRADCOMP_CHECK_AS(CorruptPayload, reader.at_end(), "Runtime::load_state on rank {}: {} trailing bytes",
+                      comm_.rank(), reader.remaining());
+    loaded_ = std::move(shapes);
+  }
   void set_fusion_threshold(std::size_t bytes) { fusion_threshold_.store(bytes); }
   std::size_t fusion_threshold() const { return fusion_threshold_.load(); }
 
@@ -441,6 +518,7 @@ class Runtime::Impl {
   std::uint64_t next_id_ = 0;
   std::uint64_t in_flight_ = 0;
   bool shutdown_requested_ = false;
+  std::map<std::string, runtime::Executor::ResidualShape> loaded_;  // loaded residuals not yet submitted
   std::exception_ptr fatal_;
 
   std::mutex spec_mutex_;
@@ -479,6 +557,8 @@ void Runtime::shutdown() { impl_->shutdown(); }
 RuntimeStats Runtime::stats() const { return impl_->stats(false); }
 RuntimeStats Runtime::take_stats() { return impl_->stats(true); }
 std::vector<float> Runtime::residual(std::string_view name) const { return impl_->residual(name); }
+std::vector<std::byte> Runtime::save_state() const { return impl_->save_state(); }
+void Runtime::load_state(std::span<const std::byte> state) { impl_->load_state(state); }
 void Runtime::set_fusion_threshold(std::size_t bytes) { impl_->set_fusion_threshold(bytes); }
 std::size_t Runtime::fusion_threshold() const { return impl_->fusion_threshold(); }
 int Runtime::rank() const { return impl_->comm_.rank(); }

@@ -2,6 +2,8 @@
 // JSON once close() ran. Thread-safe.
 #pragma once
 
+#include "src/core/json.h"
+
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -37,7 +39,6 @@ class Timeline {
   Clock::time_point origin_{};
 };
 
-// `text` as a JSON string literal (with quotes).
-std::string json_string(std::string_view text);
+using gradcomp::json_string;  // src/core/json.h
 
 }  // namespace gradcomp::runtime
