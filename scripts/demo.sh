@@ -6,11 +6,12 @@
 # dgc 0.1%) and prints the table; results/accuracy.csv and results/accuracy.png are written.
 #
 # usage: scripts/demo.sh [bench/accuracy/run.py options]     e.g. --full, --ranks 2, --compressors none,fp16
-# The default sweep took 290 s on the shared 2-core VM, build included (docs/accuracy.md); --full takes hours.
+# The default sweep took 138 s on the shared 2-core VM with the build done, 282 s building from scratch in a fresh
+# worktree (docs/accuracy.md); --full takes hours.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-case "${1:-}" in -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; echo; exec python3 bench/accuracy/run.py --help ;; esac
+case "${1:-}" in -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; echo; exec python3 bench/accuracy/run.py --help ;; esac
 start=$(date +%s)
 source scripts/deps.sh
 gradcomp_install_all

@@ -6,7 +6,8 @@ import json
 import math
 import os
 
-CSV_FIELDS = ("spec", "status", "comm", "model", "ranks", "epochs", "train_images", "global_batch", "steps",
+CSV_FIELDS = ("spec", "codec_spec", "status", "comm", "model", "ranks", "epochs", "train_images", "global_batch",
+              "steps", "lr", "optimizer_momentum",
               "compression_ratio", "payload_bytes_per_step", "wire_bytes_per_step", "raw_bytes_per_step", "test_acc", "delta_pp",
               "test_loss", "time_per_epoch_s", "train_s", "time_to_dense_acc_s", "link", "error")
 

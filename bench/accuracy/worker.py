@@ -62,38 +62,70 @@ def evaluate(model, x: torch.Tensor, y: torch.Tensor, rank: int, world: int) -> 
     return correct / n, loss / n
 
 
-def optimizer_momentum(spec: str, momentum: float) -> float:
-    """The SGD momentum of the run: `momentum`, except for DGC with momentum correction (its default), whose
-    compressor already accumulates u = m*u + g before selecting (Lin et al. 2018): the optimizer then runs plain SGD
-    on the aggregated update, or the momentum would be applied twice."""
+def spec_params(spec: str) -> tuple[str, dict]:
+    """'dgc:ratio=0.001,momentum=0' -> ('dgc', {'ratio': '0.001', 'momentum': '0'})."""
     name, _, rest = spec.partition(":")
+    return name, dict(kv.split("=", 1) for kv in rest.split(",") if "=" in kv)
+
+
+def dgc_warmup_steps(total_steps: int) -> int:
+    """Steps per stage of DGC's sparsity warm-up when the spec does not set warmup_steps: the paper warms up over its
+    first 4 epochs (densities 25%, 6.25%, 1.56%, 0.39%, then the final ratio) of ~90-epoch ImageNet runs (the
+    reference code's CIFAR config: 5 of 200 epochs), i.e. over the first ~4.4% of training. gradcomp's dgc has the
+    same four stages, so each stage gets 1/90 of the run's steps."""
+    return max(1, round(total_steps / 90))
+
+
+def codec_spec(spec: str, momentum: float, total_steps: int) -> str:
+    """The spec handed to gradcomp for the run. Identical to `spec` except for DGC, whose paper recipe has two parts
+    that depend on the training run, filled in when the spec leaves them unset (Lin et al. 2018; the reference
+    implementation ties both to the run the same way): the momentum of its momentum correction is the optimizer's
+    momentum (`momentum`; 0 = plain accumulation), and the sparsity warm-up spans the first ~4.4% of the steps
+    (dgc_warmup_steps)."""
+    name, params = spec_params(spec)
+    if name != "dgc":
+        return spec
+    extra = []
+    if "momentum" not in params:
+        extra.append(f"momentum={momentum:g}")
+    if "warmup_steps" not in params:
+        extra.append(f"warmup_steps={dgc_warmup_steps(total_steps)}")
+    if not extra:
+        return spec
+    return spec + ("," if ":" in spec else ":") + ",".join(extra)
+
+
+def optimizer_momentum(spec: str, momentum: float) -> float:
+    """The SGD momentum of the run: `momentum`, except for DGC with momentum correction (momentum > 0), whose
+    compressor already accumulates u = m*u + g before selecting (Lin et al. 2018): the optimizer then runs plain SGD
+    on the aggregated update, or the momentum would be applied twice. `spec` is the codec spec (codec_spec())."""
+    name, params = spec_params(spec)
     if name != "dgc":
         return momentum
-    params = dict(kv.split("=", 1) for kv in rest.split(",") if "=" in kv)
     return momentum if float(params.get("momentum", "0.9")) == 0.0 else 0.0
 
 
 def train_one(spec: str, args, rank: int, world: int, train, test) -> dict:
     xtr, ytr, subset = train
     xte, yte = test
-    model = models.build(args.model, args.seed)
-    momentum = optimizer_momentum(spec, args.momentum)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=momentum,
-                                weight_decay=args.weight_decay)
-    wrapped = adapters.wrap(args.comm, spec, model, optimizer)
-    net, opt = wrapped.model, wrapped.optimizer
-    torch.manual_seed(args.seed * 1000 + rank)   # dropout masks: same for every compressor
-
     global_batch = args.batch * world
     steps_per_epoch = len(subset) // global_batch
     total_steps = steps_per_epoch * args.epochs
     if steps_per_epoch == 0:
         raise ValueError(f"{len(subset)} training images are fewer than one global batch ({global_batch})")
+    codec = codec_spec(spec, args.momentum, total_steps)
+    model = models.build(args.model, args.seed)
+    momentum = optimizer_momentum(codec, args.momentum)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=momentum,
+                                weight_decay=args.weight_decay)
+    wrapped = adapters.wrap(args.comm, codec, model, optimizer)
+    net, opt = wrapped.model, wrapped.optimizer
+    torch.manual_seed(args.seed * 1000 + rank)   # dropout masks: same for every compressor
     evals_per_epoch = max(1, args.evals_per_epoch)
     eval_steps = {min(steps_per_epoch, round(steps_per_epoch * (k + 1) / evals_per_epoch))
                   for k in range(evals_per_epoch)}
     log_every = max(1, args.log_every)
-    emit(rank, "start", spec=spec, comm=wrapped.label, momentum=momentum, steps=total_steps,
+    emit(rank, "start", spec=spec, codec_spec=codec, comm=wrapped.label, momentum=momentum, steps=total_steps,
          steps_per_epoch=steps_per_epoch,
          global_batch=global_batch, params=sum(p.numel() for p in model.parameters()))
 
@@ -144,7 +176,8 @@ def train_one(spec: str, args, rank: int, world: int, train, test) -> dict:
         evals.append({"step": step, "epoch": step / steps_per_epoch, "train_s": train_time, "acc": acc,
                       "loss": test_loss})
     return {
-        "spec": spec, "comm": args.comm, "comm_label": wrapped.label, "optimizer_momentum": momentum,
+        "spec": spec, "codec_spec": codec, "comm": args.comm, "comm_label": wrapped.label,
+        "optimizer_momentum": momentum, "lr": args.lr,
         "model": args.model, "ranks": world,
         "epochs": args.epochs, "train_images": int(len(subset)), "global_batch": global_batch, "steps": step,
         "payload_bytes_per_step": payload_mean / step, "raw_bytes_per_step": raw_mean / step,
