@@ -118,7 +118,7 @@ TEST(RuntimeState, ResumeIsBitIdenticalAndNotLoadingDiffers) {
           for (std::size_t t = 0; t < kSizes.size(); ++t) {
             // dgc (no ef=off) keeps its accumulator inside the codec, whose state is part of the saved bytes.
             EXPECT_EQ(residuals_a[t].size(), t % 3 == 2 ? 0 : kSizes[t]) << tensor_name(t);
-            EXPECT_EQ(std::memcmp(residuals_a[t].data(), residuals_b[t].data(), residuals_a[t].size() * 4), 0)
+            EXPECT_EQ(residuals_a[t], residuals_b[t])
                 << "rank " << rank << " residual of " << tensor_name(t);
           }
           // Without the state the next steps differ: the test can fail.
