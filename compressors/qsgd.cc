@@ -108,13 +108,9 @@ class QsgdCompressor final : public ErrorFeedbackCompressor {
       kernels::stream_fence(stream_out);
     });
     for (const auto flag : bad) header.flags |= flag ? quantize::kFlagNonFinite : 0;
-    stats.nonfinite = 0;
-    std::size_t first = n;
-    for (std::size_t k = 0; k < chunks; ++k) {  // chunk order: the same result for any thread count
-      stats.nonfinite += bad_count[k];
-      first = std::min(first, bad_first[k]);
-    }
-    if (args.first_nonfinite) *args.first_nonfinite = first;
+    const auto tally = quantize::combine_nonfinite(bad_count, bad_first, n);
+    stats.nonfinite = tally.count;
+    if (args.first_nonfinite) *args.first_nonfinite = tally.first;
     stats.selected = n;
     return payload::write_header(header, out);
   }

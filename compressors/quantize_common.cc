@@ -1,5 +1,6 @@
 #include "compressors/quantize_common.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -8,6 +9,16 @@
 #include "kernels/cpu_parallel.h"
 
 namespace gradcomp::quantize {
+
+NonFiniteTally combine_nonfinite(std::span<const std::size_t> chunk_counts, std::span<const std::size_t> chunk_firsts,
+                                 std::size_t numel) {
+  NonFiniteTally tally{0, numel};
+  for (std::size_t k = 0; k < chunk_counts.size(); ++k) {
+    tally.count += chunk_counts[k];
+    tally.first = std::min(tally.first, chunk_firsts[k]);
+  }
+  return tally;
+}
 
 std::size_t bucket_chunk(std::size_t bucket) {
   if (bucket >= kernels::kParallelChunk) return bucket;

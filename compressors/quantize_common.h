@@ -15,6 +15,15 @@ namespace gradcomp::quantize {
 // Header flag: some bucket held NaN/Inf under nonfinite=pass, so NaN scales are legitimate in this payload.
 inline constexpr std::uint16_t kFlagNonFinite = 1;
 
+// Per-chunk non-finite findings of a fused encode pass, combined in chunk order (so the totals do not depend on the
+// thread count): total count into `count`, smallest index (or `numel` when none) into `first`.
+struct NonFiniteTally {
+  std::size_t count = 0;
+  std::size_t first = 0;
+};
+NonFiniteTally combine_nonfinite(std::span<const std::size_t> chunk_counts, std::span<const std::size_t> chunk_firsts,
+                                 std::size_t numel);
+
 // Number of buckets of `bucket` elements covering `numel` (the last one may be partial).
 constexpr std::size_t bucket_count(std::size_t numel, std::size_t bucket) { return (numel + bucket - 1) / bucket; }
 

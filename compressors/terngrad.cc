@@ -132,13 +132,9 @@ class TernGradCompressor final : public ErrorFeedbackCompressor {
       });
       for (const auto flag : bad) any_bad = any_bad || flag;
     }
-    stats.nonfinite = 0;
-    std::size_t first = n;
-    for (std::size_t k = 0; k < chunks; ++k) {
-      stats.nonfinite += bad_count[k];
-      first = std::min(first, bad_first[k]);
-    }
-    if (args.first_nonfinite) *args.first_nonfinite = first;
+    const auto tally = quantize::combine_nonfinite(bad_count, bad_first, n);
+    stats.nonfinite = tally.count;
+    if (args.first_nonfinite) *args.first_nonfinite = tally.first;
     if (any_bad) header.flags |= quantize::kFlagNonFinite;
     stats.selected = n;
     return payload::write_header(header, out);
