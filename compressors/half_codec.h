@@ -64,13 +64,9 @@ class HalfCodec final : public ErrorFeedbackCompressor {
                                }
                              });
     for (const auto count : saturated) stats.saturated += count;
-    stats.nonfinite = 0;
-    std::size_t first = args.numel;
-    for (std::size_t k = 0; k < chunks; ++k) {  // chunk order: the same result for any thread count
-      stats.nonfinite += bad_count[k];
-      first = std::min(first, bad_first[k]);
-    }
-    if (args.first_nonfinite) *args.first_nonfinite = first;
+    const auto tally = quantize::combine_nonfinite(bad_count, bad_first, args.numel);
+    stats.nonfinite = tally.count;
+    if (args.first_nonfinite) *args.first_nonfinite = tally.first;
     stats.selected = args.numel;
     return size;
   }

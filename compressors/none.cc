@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "compressors/error_feedback.h"
+#include "compressors/quantize_common.h"
 #include "gradcomp/error.h"
 #include "kernels/bucket_reduce.h"
 #include "kernels/cpu_parallel.h"
@@ -51,13 +52,9 @@ class NoneCompressor final : public ErrorFeedbackCompressor {
                                  kernels::count_nonfinite_range(args.grad, begin, end, bad_count[k], bad_first[k]);
                                }
                              });
-    stats.nonfinite = 0;
-    std::size_t first = args.numel;
-    for (std::size_t k = 0; k < chunks; ++k) {  // chunk order: the same result for any thread count
-      stats.nonfinite += bad_count[k];
-      first = std::min(first, bad_first[k]);
-    }
-    if (args.first_nonfinite) *args.first_nonfinite = first;
+    const auto tally = quantize::combine_nonfinite(bad_count, bad_first, args.numel);
+    stats.nonfinite = tally.count;
+    if (args.first_nonfinite) *args.first_nonfinite = tally.first;
     stats.selected = args.numel;
     return size;
   }
