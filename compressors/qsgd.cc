@@ -74,6 +74,7 @@ class QsgdCompressor final : public ErrorFeedbackCompressor {
     std::vector<std::size_t> bad_count(chunks, 0), bad_first(chunks, n);
     float* r_out = args.residual_out ? args.residual_out : args.residual;
     const bool stream_out = args.residual_out && kernels::use_stream_stores(r_out, n, false);
+    const kernels::SignMagQuantizer quantizer(bits_, stream);
     kernels::parallel_chunks(n, chunk, args.threads, [&](std::size_t k, std::size_t begin, std::size_t end) {
       for (std::size_t b0 = begin; b0 < end; b0 += bucket_) {
         const std::size_t b1 = std::min(end, b0 + bucket_);
@@ -100,8 +101,7 @@ class QsgdCompressor final : public ErrorFeedbackCompressor {
           kernels::count_nonfinite_range(args.grad, b0, b1, bad_count[k], bad_first[k]);
           kernels::signmag_nonfinite_range(args.grad, args.residual, r_out, b0, b1, bits_, packed);
         } else {
-          kernels::signmag_quantize_range(args.grad, args.residual, r_out, b0, b1, scale, bits_, stream, packed,
-                                          stream_out);
+          quantizer.quantize(args.grad, args.residual, r_out, b0, b1, scale, packed, stream_out);
         }
         std::memcpy(scales + (b0 / bucket_) * sizeof(float), &wire, sizeof(float));
       }

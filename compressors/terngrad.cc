@@ -72,6 +72,7 @@ class TernGradCompressor final : public ErrorFeedbackCompressor {
     bool any_bad = false;
     float* r_out = args.residual_out ? args.residual_out : args.residual;
     const bool stream_out = args.residual_out && kernels::use_stream_stores(r_out, n, false);
+    const kernels::SignMagQuantizer quantizer(kBits, stream);
     // Non-finite gradient values per parallel chunk (counted only where v = g + r was flagged), combined in chunk
     // order so the result does not depend on the thread count.
     const std::size_t chunk = bucket_ == 0 ? kernels::kParallelChunk : quantize::bucket_chunk(bucket);
@@ -100,8 +101,7 @@ class TernGradCompressor final : public ErrorFeedbackCompressor {
           if (partial[k].nonfinite) kernels::count_nonfinite_range(args.grad, begin, end, bad_count[k], bad_first[k]);
           kernels::signmag_nonfinite_range(args.grad, args.residual, r_out, begin, end, kBits, packed);
         } else {
-          kernels::signmag_quantize_range(args.grad, args.residual, r_out, begin, end, scale, kBits, stream, packed,
-                                          stream_out);
+          quantizer.quantize(args.grad, args.residual, r_out, begin, end, scale, packed, stream_out);
           kernels::stream_fence(stream_out);
         }
       });
@@ -123,8 +123,7 @@ class TernGradCompressor final : public ErrorFeedbackCompressor {
           } else {
             const float scale = scale_from(s, b1 - b0, clip_);
             wire = scale * prescale;
-            kernels::signmag_quantize_range(args.grad, args.residual, r_out, b0, b1, scale, kBits, stream, packed,
-                                            stream_out);
+            quantizer.quantize(args.grad, args.residual, r_out, b0, b1, scale, packed, stream_out);
           }
           std::memcpy(scales + (b0 / bucket) * sizeof(float), &wire, sizeof(float));
         }

@@ -32,8 +32,10 @@ struct BucketStats {
 // What bucket_stats must compute (unused sums are skipped).
 enum BucketStatMask : unsigned { kStatMax = 1, kStatSum = 2, kStatAbs = 4, kStatSq = 8 };
 
+namespace detail {
+
 template <unsigned kMask>
-inline BucketStats bucket_stats(const float* g, const float* r, std::size_t n) {
+inline BucketStats bucket_stats_exact(const float* g, const float* r, std::size_t n) {
   float mx[kReduceLanes] = {}, s[kReduceLanes] = {}, sa[kReduceLanes] = {}, sq[kReduceLanes] = {};
   std::uint32_t bad[kReduceLanes] = {};
   std::size_t full = 0;
@@ -93,6 +95,58 @@ inline BucketStats bucket_stats(const float* g, const float* r, std::size_t n) {
   stats.sum_abs = combine_lanes(sa);
   stats.sum_sq = combine_lanes(sq);
   return stats;
+}
+
+#if defined(__AVX2__)
+// max|v| and sum v^2 with the max taken over the bit patterns of |v|: for non-negative floats the integer order is
+// the float order, and Inf/NaN patterns are above every finite one, so one integer max per vector gives both the
+// maximum and the non-finite flag. Returns false (stats unset) when some v is non-finite; the caller then uses the
+// exact loop, which excludes non-finite values from the maximum. Same lanes and summation order as the exact loop.
+template <unsigned kMask>
+inline bool bucket_max_sq_finite(const float* g, const float* r, std::size_t n, BucketStats& stats) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256i vmx = _mm256_setzero_si256();
+  __m256 vsq = _mm256_setzero_ps();
+  std::size_t full = 0;
+  for (; full + kReduceLanes <= n; full += kReduceLanes) {
+    __m256 v = _mm256_loadu_ps(g + full);
+    if (r) v = _mm256_add_ps(v, _mm256_loadu_ps(r + full));
+    vmx = _mm256_max_epi32(vmx, _mm256_castps_si256(_mm256_and_ps(v, abs_mask)));
+    if constexpr (kMask & kStatSq) vsq = _mm256_add_ps(vsq, _mm256_mul_ps(v, v));
+  }
+  std::uint32_t mx[kReduceLanes];
+  float sq[kReduceLanes];
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(mx), vmx);
+  _mm256_storeu_ps(sq, vsq);
+  for (std::size_t i = full; i < n; ++i) {
+    const float v = r ? g[i] + r[i] : g[i];
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    bits &= 0x7FFFFFFFu;
+    mx[i - full] = mx[i - full] > bits ? mx[i - full] : bits;
+    if constexpr (kMask & kStatSq) sq[i - full] += v * v;
+  }
+  std::uint32_t m = 0;
+  for (std::size_t k = 0; k < kReduceLanes; ++k) m = m > mx[k] ? m : mx[k];
+  if (m >= 0x7F800000u) return false;
+  std::memcpy(&stats.max_abs, &m, sizeof(m));
+  stats.sum_sq = combine_lanes(sq);
+  return true;
+}
+#endif
+
+}  // namespace detail
+
+// Statistics `kMask` of v = g + r (r may be null) over n values.
+template <unsigned kMask>
+inline BucketStats bucket_stats(const float* g, const float* r, std::size_t n) {
+#if defined(__AVX2__)
+  if constexpr ((kMask & (kStatSum | kStatAbs)) == 0) {
+    BucketStats stats;
+    if (detail::bucket_max_sq_finite<kMask>(g, r, n, stats)) return stats;
+  }
+#endif
+  return detail::bucket_stats_exact<kMask>(g, r, n);
 }
 
 // Whether some of x[0, n) is Inf or NaN (exponent bits all ones; branch-free, so it vectorizes).
