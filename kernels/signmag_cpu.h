@@ -176,6 +176,18 @@ inline void pack64_bits2(const __m256i (&c)[8], std::uint8_t* out) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi8(even, odd));
 }
 
+// Software prefetch distance of the quantizer's input streams (g and r), in elements: 4 KB per stream, two
+// 512-value buckets ahead. The hardware prefetcher alone left the first pass over each bucket (its statistics)
+// waiting for DRAM on the shared VM; prefetching from the compute-heavy quantize loop measured 15-35 % less CPU time
+// per encode of 25M values (docs/performance.md).
+inline constexpr std::size_t kSignMagPrefetch = 1024;
+
+// Prefetches the cache line of x[i + kSignMagPrefetch] (never faults, also past the end of x).
+inline void prefetch_ahead(const float* x, std::size_t i) {
+  const std::uintptr_t address = reinterpret_cast<std::uintptr_t>(x) + (i + kSignMagPrefetch) * sizeof(float);
+  _mm_prefetch(reinterpret_cast<const char*>(address), _MM_HINT_T0);
+}
+
 // Codes of v = g + r (kResidual: r and r_out valid) for the 64 values g[0..64) with uniforms u[0..64) (32-byte
 // aligned), packed into 8 * kBits bytes at out; the new residual v - decoded goes to r_out with stores of kKind.
 template <unsigned kBits, bool kResidual, StoreKind kKind>
@@ -213,6 +225,10 @@ inline std::size_t quantize_fast(const float* g, const float* r, float* r_out, s
   const __m256 table = level_table(unit, kBits);
   alignas(32) float u[64];
   for (; i + 64 <= end; i += 64) {
+    for (std::size_t line = 0; line < 64; line += 16) {
+      prefetch_ahead(g, i + line);
+      if constexpr (kResidual) prefetch_ahead(r, i + line);
+    }
     philox.uniforms64(i / 8, u);
     quantize64<kBits, kResidual, kKind>(g + i, kResidual ? r + i : nullptr, kResidual ? r_out + i : nullptr, u,
                                         v_inverse, v_levels, table, packed + i / 8 * kBits);
