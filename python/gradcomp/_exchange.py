@@ -180,14 +180,16 @@ class Exchanger:
         wire dtype (nearest even), all_gather of the summed chunks back into `padded`."""
         world = self.world
         chunks = worker.buffer("chunks", world * m, padded.dtype)
-        dist.all_to_all_single(chunks, padded, group=self.group)
+        # The collectives only move bits: uint8 views (gloo in torch 1.13 has neither bfloat16 nor int16).
+        dist.all_to_all_single(chunks.view(torch.uint8), padded.view(torch.uint8), group=self.group)
         acc = worker.buffer("acc", m, torch.float32)
         acc.copy_(chunks[:m])
         for r in range(1, world):
             acc.add_(chunks[r * m:(r + 1) * m])
         mine = worker.buffer("mine", m, padded.dtype)
         mine.copy_(acc)
-        dist.all_gather(list(padded.view(world, m).unbind(0)), mine, group=self.group)
+        dist.all_gather(list(padded.view(torch.uint8).view(world, 2 * m).unbind(0)), mine.view(torch.uint8),
+                        group=self.group)
 
     def _gather_sync(self, worker, items, step):
         c, world = self.compressor, self.world
