@@ -96,5 +96,52 @@ def _train_worker(rank, world, port, spec):
     dist.destroy_process_group()
 
 
+def _split_sum_worker(rank, world, port, specs):
+    """Half-precision codecs through the split sum (all_to_all + float32 sum + all_gather), forced for every bucket
+    size; 3 ranks so the chunks do not divide the buckets evenly."""
+    from gradcomp import _exchange
+    helpers.init_gloo(rank, world, port)
+    _exchange.SPLIT_SUM_MIN_BYTES = 0
+    for spec in specs:
+        model = helpers.make_model()
+        ddp = DDP(model, bucket_cap_mb=0.004)
+        state, hook = gct.ddp_comm_hook(spec, model=model)
+        ddp.register_comm_hook(state, hook)
+        ref_comps = [gradcomp.compressor(spec) for _ in range(world)]
+        opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+        for step in range(3):
+            batches = [helpers.make_batch(step, r) for r in range(world)]
+            expected = helpers.expected_grads(ref_comps, model, batches, step, world)
+            opt.zero_grad()
+            helpers.loss_of(ddp, batches[rank]).backward()
+            assert state.exchanger().split_sum_min_bytes == 0
+            helpers.assert_grads_match(model, expected, spec, rank, step)
+            opt.step()
+        flat = torch.cat([p.grad.view(-1) for p in model.parameters()])
+        gathered = [torch.zeros_like(flat) for _ in range(world)]
+        dist.all_gather(gathered, flat)
+        for r in range(world):
+            assert torch.equal(gathered[r], flat), f"{spec}: rank {r} gradients differ from rank {rank}"
+        helpers.release(ddp)
+    # A non-finite gradient raises (nonfinite=raise) through the hook's future on every rank, naming the tensor,
+    # and no rank is left waiting in a collective.
+    model = helpers.make_model()
+    ddp = DDP(model)
+    state, hook = gct.ddp_comm_hook("fp16", model=model)
+    ddp.register_comm_hook(state, hook)
+    x, y = helpers.make_batch(0, rank)
+    x[0, 0] = float("nan")
+    with pytest.raises(Exception, match="nonfinite|non-finite|NaN"):
+        helpers.loss_of(ddp, (x, y)).backward()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def test_ddp_hook_split_sum_3_ranks():
+    names = {c["name"] for c in gradcomp.list_compressors()}
+    specs = [s for s in ("fp16", "bf16", "fp16:ef=off") if s.split(":")[0] in names]
+    mp.spawn(_split_sum_worker, args=(3, helpers.rendezvous(), specs), nprocs=3, join=True)
+
+
 if __name__ == "__main__":
     raise SystemExit(pytest.main([__file__, "-v"]))
