@@ -41,7 +41,8 @@ INSTANTIATE_TEST_SUITE_P(Codecs, FusedScan,
                          ::testing::Values("qsgd:bits=4", "qsgd:bits=8,scale=l2,bucket=64", "qsgd:bits=3,ef=off",
                                            "terngrad:bucket=512", "terngrad:bucket=0", "terngrad:clip=0,bucket=128",
                                            "onebit:bucket=512", "onebit:bucket=8,ef=off", "fp16", "fp16:prescale=0.5",
-                                           "bf16", "bf16:ef=off", "none"));
+                                           "bf16", "bf16:ef=off", "none", "topk", "topk:ratio=0.05",
+                                           "topk:ratio=0.05,ef=off", "topk:k=100,values=f16"));
 
 // `spec` with one more parameter.
 std::string with(const std::string& spec, const std::string& param) {
