@@ -42,7 +42,8 @@ INSTANTIATE_TEST_SUITE_P(Codecs, FusedScan,
                                            "terngrad:bucket=512", "terngrad:bucket=0", "terngrad:clip=0,bucket=128",
                                            "onebit:bucket=512", "onebit:bucket=8,ef=off", "fp16", "fp16:prescale=0.5",
                                            "bf16", "bf16:ef=off", "none", "topk", "topk:ratio=0.05",
-                                           "topk:ratio=0.05,ef=off", "topk:k=100,values=f16"));
+                                           "topk:ratio=0.05,ef=off", "topk:k=100,values=f16", "randomk",
+                                           "randomk:ratio=0.1,ef=off"));
 
 // `spec` with one more parameter.
 std::string with(const std::string& spec, const std::string& param) {
