@@ -15,7 +15,6 @@
 #include "kernels/philox_cpu.h"
 #include "kernels/select_collect.h"
 #include "kernels/sparsify_ops.cuh"
-#include "kernels/stream_store.h"
 #include "kernels/topk_select.h"
 
 namespace gradcomp {
@@ -43,27 +42,20 @@ std::vector<ParamSpec> dgc_params() {
   return params;
 }
 
-// Momentum correction of elements [begin, end) (kernels::dgc_accumulate, with g scaled when kScaled): reads u_in,
-// v_in and writes u_out, v_out (which may be the same buffers; streamed when `stream`), and, when `part` is given,
-// appends the (index, v) of every updated |v| >= threshold to it. Returns the number of non-finite grad values.
+// Momentum correction of elements [begin, end) in place (kernels::dgc_accumulate, with g scaled when kScaled), and,
+// when `part` is given, the (index, v) of every updated |v| >= threshold appended to it.
 template <bool kNesterov, bool kScaled>
-std::size_t update_chunk(const float* grad, float m, float scale, const float* u_in, const float* v_in, float* u_out,
-                         float* v_out, bool stream, std::size_t begin, std::size_t end, kernels::Candidates* part,
-                         std::uint32_t threshold) {
+void update_chunk(const float* grad, float m, float scale, float* u, float* v, std::size_t begin, std::size_t end,
+                  kernels::Candidates* part, std::uint32_t threshold) {
   std::optional<kernels::CandidateCollector> collector;
   if (part != nullptr) collector.emplace(*part, threshold);
-  std::size_t i = begin, bad = 0;
+  std::size_t i = begin;
 #if defined(__AVX2__)
   const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(scale);
-  const __m256i exp_mask = _mm256_set1_epi32(0x7F800000);
-  __m256i bad_lanes = _mm256_setzero_si256();
   for (; i + 8 <= end; i += 8) {
-    const __m256 raw = _mm256_loadu_ps(grad + i);
-    const __m256i exponent = _mm256_and_si256(_mm256_castps_si256(raw), exp_mask);
-    bad_lanes = _mm256_sub_epi32(bad_lanes, _mm256_cmpeq_epi32(exponent, exp_mask));
-    __m256 g = raw;
+    __m256 g = _mm256_loadu_ps(grad + i);
     if constexpr (kScaled) g = _mm256_mul_ps(g, sv);
-    __m256 uu = _mm256_loadu_ps(u_in + i), vv = _mm256_loadu_ps(v_in + i);
+    __m256 uu = _mm256_loadu_ps(u + i), vv = _mm256_loadu_ps(v + i);
     if constexpr (kNesterov) {  // u = m*(u + g); v = v + (u + g)
       uu = _mm256_mul_ps(mv, _mm256_add_ps(uu, g));
       vv = _mm256_add_ps(vv, _mm256_add_ps(uu, g));
@@ -71,24 +63,15 @@ std::size_t update_chunk(const float* grad, float m, float scale, const float* u
       uu = _mm256_fmadd_ps(mv, uu, g);
       vv = _mm256_add_ps(vv, uu);
     }
-    kernels::store8(u_out + i, uu, stream);
-    kernels::store8(v_out + i, vv, stream);
+    _mm256_storeu_ps(u + i, uu);
+    _mm256_storeu_ps(v + i, vv);
     if (collector) collector->add8(vv, static_cast<std::uint32_t>(i));
   }
-  alignas(32) std::uint32_t lanes[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), bad_lanes);
-  for (const std::uint32_t lane : lanes) bad += lane;
 #endif
   for (; i < end; ++i) {
-    float u = u_in[i], v = v_in[i];
-    kernels::dgc_accumulate(kScaled ? grad[i] * scale : grad[i], m, kNesterov, u, v);
-    u_out[i] = u;
-    v_out[i] = v;
-    bad += std::isfinite(grad[i]) ? 0 : 1;
-    if (collector) collector->add1(v, static_cast<std::uint32_t>(i));
+    kernels::dgc_accumulate(kScaled ? grad[i] * scale : grad[i], m, kNesterov, u[i], v[i]);
+    if (collector) collector->add1(v[i], static_cast<std::uint32_t>(i));
   }
-  kernels::stream_fence(stream);
-  return bad;
 }
 
 class DgcCompressor final : public ErrorFeedbackCompressor {
@@ -117,8 +100,6 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
 
  protected:
   std::size_t extra_state_buffers() const override { return 1; }
-  // The update pass counts the gradient's non-finite values and writes u and v to the base's second buffers.
-  bool fuses_nonfinite_scan() const override { return true; }
 
   std::size_t encode(const EncodeArgs& args, std::span<std::byte> out, CompressStats& stats) override {
     const std::size_t n = args.numel;
@@ -130,12 +111,7 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
       skip_accumulator_.assign(n, 0.0f);
       v = skip_accumulator_.data();
     }
-    const float* u = state.buffers[1].data();
-    // Fused path: the new v and u go to the base's second buffers; in place otherwise (the skip path).
-    float* v_out = args.residual_out != nullptr ? args.residual_out : v;
-    float* u_out = args.extra_out.empty() ? state.buffers[1].data() : args.extra_out[0];
-    const bool streamed = v_out != v && u_out != u && kernels::use_stream_stores(v_out, n, false) &&
-                          kernels::use_stream_stores(u_out, n, false);
+    float* u = state.buffers[1].data();
     const float* grad = args.grad;
 
     // Local gradient clipping: ||g||_2 from per-chunk f64 partial sums combined in chunk order.
@@ -196,41 +172,23 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
       threshold = sample_keys_[sample_k - 1];
     }
 
-    // Momentum correction + accumulation (+ the candidates |v| >= threshold, + the non-finite count): one pass over
-    // g, u, v.
+    // Momentum correction + accumulation (+ the candidates |v| >= threshold): one pass over g, u, v.
     parts_.resize(sampled ? chunks : 0);
     for (auto& part : parts_) part.clear();
-    bad_counts_.assign(chunks, 0);
     kernels::parallel_chunks(n, chunk, args.threads, [&](std::size_t c, std::size_t begin, std::size_t end) {
       kernels::Candidates* part = sampled ? &parts_[c] : nullptr;
-      std::size_t bad = 0;
       if (scale == 1.0f && !nesterov) {
-        bad = update_chunk<false, false>(grad, m, scale, u, v, u_out, v_out, streamed, begin, end, part, threshold);
+        update_chunk<false, false>(grad, m, scale, u, v, begin, end, part, threshold);
       } else if (scale == 1.0f) {
-        bad = update_chunk<true, false>(grad, m, scale, u, v, u_out, v_out, streamed, begin, end, part, threshold);
+        update_chunk<true, false>(grad, m, scale, u, v, begin, end, part, threshold);
       } else if (!nesterov) {
-        bad = update_chunk<false, true>(grad, m, scale, u, v, u_out, v_out, streamed, begin, end, part, threshold);
+        update_chunk<false, true>(grad, m, scale, u, v, begin, end, part, threshold);
       } else {
-        bad = update_chunk<true, true>(grad, m, scale, u, v, u_out, v_out, streamed, begin, end, part, threshold);
+        update_chunk<true, true>(grad, m, scale, u, v, begin, end, part, threshold);
       }
-      bad_counts_[c] = bad;
     });
-    std::size_t nonfinite = 0, first_bad = n;
-    for (std::size_t c = 0; c < bad_counts_.size(); ++c) {
-      nonfinite += bad_counts_[c];
-      if (bad_counts_[c] > 0 && first_bad == n) {
-        for (std::size_t i = c * chunk; i < n; ++i) {
-          if (!std::isfinite(grad[i])) {
-            first_bad = i;
-            break;
-          }
-        }
-      }
-    }
-    stats.nonfinite = nonfinite;
-    if (args.first_nonfinite != nullptr) *args.first_nonfinite = first_bad;
 
-    select(v_out, n, k, sampled, threshold, args, state);
+    select(v, n, k, sampled, threshold, args, state);
 
     const auto sections =
         sparse::write_index_value_header(payload::CodecId::kDgc, n, args.original_dtype, selected_.size(),
@@ -243,8 +201,8 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
       sections.indices[j] = static_cast<std::int32_t>(i);
       std::memcpy(sections.values + j * sizeof(float), &wire, sizeof(float));
       // Momentum-factor masking: what was sent leaves the accumulator and the momentum.
-      v_out[i] = prescale == 1.0f ? value - wire : value - wire / prescale;
-      u_out[i] = 0.0f;
+      v[i] = prescale == 1.0f ? value - wire : value - wire / prescale;
+      u[i] = 0.0f;
     }
     stats.selected = selected_.size();
     return sections.total_bytes;
@@ -311,7 +269,6 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
   std::vector<std::uint32_t> sample_keys_, selected_, exact_;
   std::vector<kernels::Candidates> parts_;
   kernels::Candidates candidates_;
-  std::vector<std::size_t> bad_counts_;
 };
 
 }  // namespace

@@ -168,18 +168,12 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
   if (fuses_nonfinite_scan()) {
     // Fused path: encode() scans the gradient in its own pass and writes the new residual into the second buffer,
     // so the policy is applied afterwards and raise/skip simply discard what encode() wrote.
+    GRADCOMP_ASSERT(extra_state_buffers() == 0, "compressor '{}' fuses the non-finite scan but keeps extra buffers",
+                    name_);
     if (ef_) {
       if (state.residual_next.size() != n) state.residual_next.assign(n, 0.0f);
       args.residual_out = state.residual_next.data();
     }
-    const std::size_t extra = state.buffers.size() - 1;
-    state.extra_next.resize(extra);
-    std::vector<float*> extra_out(extra);
-    for (std::size_t b = 0; b < extra; ++b) {
-      if (state.extra_next[b].size() != n) state.extra_next[b].assign(n, 0.0f);
-      extra_out[b] = state.extra_next[b].data();
-    }
-    args.extra_out = extra_out;
     args.first_nonfinite = &first_bad;
     const std::vector<double> scalars_before = state.scalars;
     size = encode(args, out, stats_);
@@ -189,7 +183,6 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
       return encode_skipped(args, state, out);
     }
     if (ef_) std::swap(state.buffers[0], state.residual_next);
-    for (std::size_t b = 0; b < extra; ++b) std::swap(state.buffers[1 + b], state.extra_next[b]);
   } else {
     stats_.nonfinite = count_nonfinite(values, n, threads_, first_bad);
     if (stats_.nonfinite > 0) {
@@ -230,7 +223,6 @@ std::size_t ErrorFeedbackCompressor::encode_skipped(EncodeArgs args, const Tenso
   args.grad = zeros.data();
   args.residual = nullptr;
   args.residual_out = nullptr;
-  args.extra_out = {};
   std::size_t ignored_first = n;
   args.first_nonfinite = &ignored_first;
   args.state = &scratch_state;

@@ -42,8 +42,6 @@ struct TensorState {
   // The fused path's second residual (fuses_nonfinite_scan(); never saved): encode() writes the new residual here
   // and a compress that keeps it swaps it with buffers[0]. Empty until a fusing codec first compresses this tensor.
   std::vector<float> residual_next;
-  // The same for the codec's extra buffers (buffers[1..]), for fusing codecs that keep some (DGC's momentum).
-  std::vector<std::vector<float>> extra_next;
 };
 
 // Inputs of one encode() call. `grad` is f32 and already multiplied by nothing: codecs apply ctx.prescale
@@ -56,9 +54,6 @@ struct EncodeArgs {
   // Fused path only (fuses_nonfinite_scan(), ef=on): where the codec writes the complete new residual
   // residual + grad - transmitted (all numel values); null otherwise, and then the update is in place.
   float* residual_out = nullptr;
-  // Fused path only, for codecs with extra state buffers: extra_out[b - 1] receives the complete new value of
-  // state->buffers[b], which the codec must then only read; empty otherwise (update the buffers in place).
-  std::span<float* const> extra_out;
   // Fused path only: the codec stores the smallest index of a non-finite `grad` value here (numel when none), and
   // their count in CompressStats::nonfinite.
   std::size_t* first_nonfinite = nullptr;
@@ -106,14 +101,11 @@ class ErrorFeedbackCompressor : public Compressor {
   // Opt-in fused non-finite scan. A codec returning true promises that its encode(), given EncodeArgs::residual_out
   // and EncodeArgs::first_nonfinite, (1) reads the residual from `residual` without writing it and writes the
   // whole new residual to `residual_out`, (2) counts the non-finite values of `grad` into CompressStats::nonfinite
-  // and stores the first one's index in *first_nonfinite, (3) writes the new value of each extra state buffer b to
-  // EncodeArgs::extra_out[b - 1] without writing buffers[b] (scalars it changes are restored by the base when the
-  // step is not kept). The base then skips its separate scan pass over the gradient
+  // and stores the first one's index in *first_nonfinite, (3) keeps no extra state buffers (scalars it changes are
+  // restored by the base when the step is not kept). The base then skips its separate scan pass over the gradient
   // and applies the non-finite policy after encode(): raise and skip discard residual_out (the state is untouched),
-  // otherwise the two residual buffers (and each extra
-  // buffer with its *_next) swap. Under raise the output buffer's contents are then unspecified. Such a
-  // codec must still work in place when residual_out is null and extra_out empty (the skip path's zero encode passes
-  // no residual).
+  // otherwise the two residual buffers swap. Under raise the output buffer's contents are then unspecified. Such a
+  // codec must still work in place when residual_out is null (the skip path's zero encode passes no residual).
   virtual bool fuses_nonfinite_scan() const { return false; }
   // CUDA path, taken automatically for tensors on a CUDA device. The default runs the codec's CudaCodec backend
   // (compressors/cuda_codec.h, listed in compressors/cuda_codecs.cc) with the state kept on the device, and throws
