@@ -1,7 +1,7 @@
-// The fused non-finite scan (ErrorFeedbackCompressor::fuses_nonfinite_scan; every dense codec opts in): the codec
-// counts NaN/Inf in its own encode pass and writes the new residual into a second buffer, so a raising or skipped
-// step must leave the state exactly as it was and the next finite step must match an uninterrupted run; the count
-// and first index must be exact, identical for any thread count, and about the gradient (not g + residual).
+// The fused non-finite scan (ErrorFeedbackCompressor::fuses_nonfinite_scan; every dense codec, topk and randomk opt
+// in): the codec counts NaN/Inf in its own encode pass and writes the new residual into a second buffer, so a raising
+// or skipped step must leave the state exactly as it was and the next finite step must match an uninterrupted run; the
+// count and first index must be exact, identical for any thread count, and about the gradient (not g + residual).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
