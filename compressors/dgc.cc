@@ -1,13 +1,19 @@
 #include "compressors/dgc.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <numeric>
+#include <optional>
 
 #include "compressors/error_feedback.h"
 #include "compressors/sparse_payload.h"
 #include "gradcomp/error.h"
 #include "kernels/cpu_parallel.h"
+#include "kernels/philox_cpu.h"
+#include "kernels/select_collect.h"
 #include "kernels/sparsify_ops.cuh"
 #include "kernels/topk_select.h"
 
@@ -34,6 +40,38 @@ std::vector<ParamSpec> dgc_params() {
   params.push_back(ParamSpec{"sample", ParamSpec::Kind::kFloat, "0.01", 0.0, 1.0, true, {},
                              "fraction of elements sampled to estimate the threshold"});
   return params;
+}
+
+// Momentum correction of elements [begin, end) in place (kernels::dgc_accumulate, with g scaled when kScaled), and,
+// when `part` is given, the (index, v) of every updated |v| >= threshold appended to it.
+template <bool kNesterov, bool kScaled>
+void update_chunk(const float* grad, float m, float scale, float* u, float* v, std::size_t begin, std::size_t end,
+                  kernels::Candidates* part, std::uint32_t threshold) {
+  std::optional<kernels::CandidateCollector> collector;
+  if (part != nullptr) collector.emplace(*part, threshold);
+  std::size_t i = begin;
+#if defined(__AVX2__)
+  const __m256 mv = _mm256_set1_ps(m), sv = _mm256_set1_ps(scale);
+  for (; i + 8 <= end; i += 8) {
+    __m256 g = _mm256_loadu_ps(grad + i);
+    if constexpr (kScaled) g = _mm256_mul_ps(g, sv);
+    __m256 uu = _mm256_loadu_ps(u + i), vv = _mm256_loadu_ps(v + i);
+    if constexpr (kNesterov) {  // u = m*(u + g); v = v + (u + g)
+      uu = _mm256_mul_ps(mv, _mm256_add_ps(uu, g));
+      vv = _mm256_add_ps(vv, _mm256_add_ps(uu, g));
+    } else {  // u = fma(m, u, g); v = v + u
+      uu = _mm256_fmadd_ps(mv, uu, g);
+      vv = _mm256_add_ps(vv, uu);
+    }
+    _mm256_storeu_ps(u + i, uu);
+    _mm256_storeu_ps(v + i, vv);
+    if (collector) collector->add8(vv, static_cast<std::uint32_t>(i));
+  }
+#endif
+  for (; i < end; ++i) {
+    kernels::dgc_accumulate(kScaled ? grad[i] * scale : grad[i], m, kNesterov, u[i], v[i]);
+    if (collector) collector->add1(v[i], static_cast<std::uint32_t>(i));
+  }
 }
 
 class DgcCompressor final : public ErrorFeedbackCompressor {
@@ -96,8 +134,10 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
     const double density = kernels::dgc_density(args.ctx->step, warmup_steps_, ratio_);
     const std::size_t k = kernels::k_of_ratio(density, n);
     // Stratified sample of |v| for the threshold: ceil(sample * chunk length) uniform positions inside each fixed
-    // 64K-element chunk, drawn right after that chunk is updated (still in cache) from the Philox stream of
-    // (tensor, step) with the chunk's first element index as counter base: identical for every rank and thread count.
+    // 64K-element chunk from the Philox stream of (tensor, step) with the chunk's first element index as counter
+    // base: identical for every rank and thread count. The sampled keys are those of the *updated* accumulator v,
+    // computed here ahead of the update pass (the same per-element math, nothing written), so that the pass that
+    // updates u and v can also collect the candidates above the threshold: one pass over g, u, v instead of two.
     const std::size_t chunk = kernels::kParallelChunk;
     const std::size_t full_draws = draws_for(chunk);
     const std::size_t chunks = (n + chunk - 1) / chunk;
@@ -106,45 +146,57 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
     sample_keys_.resize(sampled ? total_draws : 0);
     const auto stream =
         kernels::PhiloxStream::make(0, args.tensor_key ^ kernels::kDgcSampleStreamSalt, args.ctx->step);
-
-    // Momentum correction + accumulation: one pass over g, u, v.
     const float m = momentum_;
     const bool nesterov = nesterov_;
-    kernels::parallel_chunks(n, kernels::kParallelChunk, args.threads,
-                             [&](std::size_t c, std::size_t begin, std::size_t end) {
-                               // Branches hoisted out of the loop so each variant vectorizes.
-                               if (scale == 1.0f && !nesterov) {
-                                 for (std::size_t i = begin; i < end; ++i) {
-                                   kernels::dgc_accumulate(grad[i], m, false, u[i], v[i]);
-                                 }
-                               } else if (scale == 1.0f) {
-                                 for (std::size_t i = begin; i < end; ++i) {
-                                   kernels::dgc_accumulate(grad[i], m, true, u[i], v[i]);
-                                 }
-                               } else {
-                                 for (std::size_t i = begin; i < end; ++i) {
-                                   kernels::dgc_accumulate(grad[i] * scale, m, nesterov, u[i], v[i]);
-                                 }
-                               }
-                               if (sampled) {
-                                 const std::size_t length = end - begin, draws = draws_for(length);
-                                 std::uint32_t* keys = sample_keys_.data() + c * full_draws;
-                                 for (std::size_t j = 0; j < draws; ++j) {
-                                   const std::uint64_t offset = kernels::uniform_below32(stream.bits(begin + j), length);
-                                   keys[j] = kernels::magnitude_key(v[begin + offset]);
-                                 }
-                               }
-                             });
+    if (sampled) {
+      kernels::parallel_chunks(n, chunk, args.threads, [&](std::size_t c, std::size_t begin, std::size_t end) {
+        const std::size_t length = end - begin, draws = draws_for(length);
+        std::uint32_t* keys = sample_keys_.data() + c * full_draws;
+        kernels::philox_fill(stream, begin, draws, keys);  // begin is a multiple of 4
+        for (std::size_t j = 0; j < draws; ++j) {
+          const std::size_t i = begin + kernels::uniform_below32(keys[j], length);
+          float ui = u[i], vi = v[i];
+          kernels::dgc_accumulate(scale == 1.0f ? grad[i] : grad[i] * scale, m, nesterov, ui, vi);
+          keys[j] = kernels::magnitude_key(vi);
+        }
+      });
+    }
+    std::uint32_t threshold = 0;
+    if (sampled) {
+      const std::size_t samples = sample_keys_.size();
+      const double scaled = static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
+      const std::size_t sample_k =
+          std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(scaled)), 1, samples);
+      std::nth_element(sample_keys_.begin(), sample_keys_.begin() + static_cast<std::ptrdiff_t>(sample_k - 1),
+                       sample_keys_.end(), std::greater<std::uint32_t>());
+      threshold = sample_keys_[sample_k - 1];
+    }
 
-    select(v, n, k, sampled, args, state);
+    // Momentum correction + accumulation (+ the candidates |v| >= threshold): one pass over g, u, v.
+    parts_.resize(sampled ? chunks : 0);
+    for (auto& part : parts_) part.clear();
+    kernels::parallel_chunks(n, chunk, args.threads, [&](std::size_t c, std::size_t begin, std::size_t end) {
+      kernels::Candidates* part = sampled ? &parts_[c] : nullptr;
+      if (scale == 1.0f && !nesterov) {
+        update_chunk<false, false>(grad, m, scale, u, v, begin, end, part, threshold);
+      } else if (scale == 1.0f) {
+        update_chunk<true, false>(grad, m, scale, u, v, begin, end, part, threshold);
+      } else if (!nesterov) {
+        update_chunk<false, true>(grad, m, scale, u, v, begin, end, part, threshold);
+      } else {
+        update_chunk<true, true>(grad, m, scale, u, v, begin, end, part, threshold);
+      }
+    });
+
+    select(v, n, k, sampled, threshold, args, state);
 
     const auto sections =
         sparse::write_index_value_header(payload::CodecId::kDgc, n, args.original_dtype, selected_.size(),
                                          sparse::ValueType::kF32, out);
     const float prescale = args.ctx->prescale;
     for (std::size_t j = 0; j < selected_.size(); ++j) {
-      const std::uint32_t i = selected_[j];
-      const float value = v[i];
+      const std::uint32_t i = candidates_.index[selected_[j]];
+      const float value = candidates_.value[selected_[j]];
       const float wire = value * prescale;
       sections.indices[j] = static_cast<std::int32_t>(i);
       std::memcpy(sections.values + j * sizeof(float), &wire, sizeof(float));
@@ -169,39 +221,40 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
     return static_cast<std::size_t>(std::ceil(sample_ * static_cast<double>(length)));
   }
 
-  // Fills selected_ (ascending) with the step's selection from the sampled keys (or exactly when !sampled) and
-  // records the diagnostics scalars.
-  void select(const float* v, std::size_t n, std::size_t k, bool sampled, const EncodeArgs& args, TensorState& state) {
+  // Fills selected_ (ascending; positions into candidates_) with the step's selection from the candidates the
+  // update pass collected at the sampled threshold (or exactly when !sampled) and records the diagnostics scalars.
+  void select(const float* v, std::size_t n, std::size_t k, bool sampled, std::uint32_t threshold,
+              const EncodeArgs& args, TensorState& state) {
     state.scalars.assign(kDgcScalarCount, 0.0);
     state.scalars[kDgcTargetK] = static_cast<double>(k);
-    if (!sampled) {  // k >= n, or a small tensor: exact selection is as cheap as sampling
-      kernels::select_topk(v, n, k, args.threads, selected_);
+    auto exact = [&] {
+      kernels::select_topk(v, n, k, args.threads, exact_);
+      candidates_.index.assign(exact_.begin(), exact_.end());
+      candidates_.value.resize(exact_.size());
+      for (std::size_t j = 0; j < exact_.size(); ++j) candidates_.value[j] = v[exact_[j]];
+      selected_.resize(exact_.size());
+      std::iota(selected_.begin(), selected_.end(), 0u);
       state.scalars[kDgcPath] = 2;
+    };
+    if (!sampled) {  // k >= n, or a small tensor: exact selection is as cheap as sampling
+      exact();
       return;
     }
-    const std::size_t samples = sample_keys_.size();
-    const double scaled = static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
-    const std::size_t sample_k = std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(scaled)), 1, samples);
-    std::nth_element(sample_keys_.begin(), sample_keys_.begin() + static_cast<std::ptrdiff_t>(sample_k - 1),
-                     sample_keys_.end(), std::greater<std::uint32_t>());
-    const std::uint32_t threshold = sample_keys_[sample_k - 1];
-    kernels::collect_at_least(v, n, threshold, args.threads, candidates_);
+    kernels::concat_candidates(parts_, candidates_);
     const double count = static_cast<double>(candidates_.size());
     float threshold_value;
-    const std::uint32_t bits = threshold;
-    std::memcpy(&threshold_value, &bits, sizeof(bits));
+    std::memcpy(&threshold_value, &threshold, sizeof(threshold));
     state.scalars[kDgcThreshold] = threshold_value;
     state.scalars[kDgcSampledCount] = count;
     const double lower = (1.0 - kTolerance) * static_cast<double>(k), upper = (1.0 + kTolerance) * static_cast<double>(k);
     if (count > upper) {
-      kernels::select_among([v](std::uint32_t i) { return kernels::magnitude_key(v[i]); },
-                            std::span<const std::uint32_t>(candidates_), k, selected_);
+      kernels::select_among_candidates(candidates_, k, selected_);
       state.scalars[kDgcPath] = 1;
     } else if (count < lower) {
-      kernels::select_topk(v, n, k, args.threads, selected_);
-      state.scalars[kDgcPath] = 2;
+      exact();
     } else {
-      selected_.swap(candidates_);
+      selected_.resize(candidates_.size());
+      std::iota(selected_.begin(), selected_.end(), 0u);
       state.scalars[kDgcPath] = 0;
     }
   }
@@ -213,7 +266,9 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
   std::uint64_t warmup_steps_;
   double sample_;
   std::vector<float> skip_accumulator_;
-  std::vector<std::uint32_t> sample_keys_, candidates_, selected_;
+  std::vector<std::uint32_t> sample_keys_, selected_, exact_;
+  std::vector<kernels::Candidates> parts_;
+  kernels::Candidates candidates_;
 };
 
 }  // namespace

@@ -1,5 +1,8 @@
 #include "compressors/randomk.h"
 
+#include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -8,7 +11,9 @@
 #include "compressors/sparse_payload.h"
 #include "gradcomp/error.h"
 #include "kernels/cpu_parallel.h"
+#include "kernels/philox_cpu.h"
 #include "kernels/sparsify_ops.cuh"
+#include "kernels/stream_store.h"
 
 namespace gradcomp {
 namespace {
@@ -27,6 +32,34 @@ std::vector<ParamSpec> randomk_params() {
   return params;
 }
 
+// Elements [begin, end): v = residual + grad (grad when residual is null) stored to next (unless null; streamed
+// when `stream`); returns the number of non-finite grad values.
+std::size_t ef_pass(const float* grad, const float* residual, float* next, bool stream, std::size_t begin,
+                    std::size_t end) {
+  std::size_t i = begin, bad = 0;
+#if defined(__AVX2__)
+  const __m256i exp_mask = _mm256_set1_epi32(0x7F800000);
+  __m256i bad_lanes = _mm256_setzero_si256();
+  for (; i + 8 <= end; i += 8) {
+    const __m256 g = _mm256_loadu_ps(grad + i);
+    if (next != nullptr) {
+      kernels::store8(next + i, residual != nullptr ? _mm256_add_ps(_mm256_loadu_ps(residual + i), g) : g, stream);
+    }
+    const __m256i exponent = _mm256_and_si256(_mm256_castps_si256(g), exp_mask);
+    bad_lanes = _mm256_sub_epi32(bad_lanes, _mm256_cmpeq_epi32(exponent, exp_mask));
+  }
+  alignas(32) std::uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), bad_lanes);
+  for (const std::uint32_t lane : lanes) bad += lane;
+#endif
+  for (; i < end; ++i) {
+    if (next != nullptr) next[i] = residual != nullptr ? kernels::ef_accumulate(residual[i], grad[i]) : grad[i];
+    bad += std::isfinite(grad[i]) ? 0 : 1;
+  }
+  kernels::stream_fence(stream);
+  return bad;
+}
+
 class RandomKCompressor final : public ErrorFeedbackCompressor {
  public:
   explicit RandomKCompressor(const Params& params)
@@ -41,25 +74,43 @@ class RandomKCompressor final : public ErrorFeedbackCompressor {
   }
 
  protected:
+  // The EF pass counts non-finite gradient values and writes the new residual to residual_out: no separate scan.
+  bool fuses_nonfinite_scan() const override { return true; }
+
   std::size_t encode(const EncodeArgs& args, std::span<std::byte> out, CompressStats& stats) override {
     const std::size_t n = args.numel;
     GRADCOMP_CHECK(n <= kMaxIndexable, "compressor 'randomk': tensor '{}' has {} elements (at most {} supported)",
                    args.ctx->name, n, kMaxIndexable);
     const std::size_t k = kernels::k_of_ratio(ratio_, n);
-    randomk_indices(seed_, args.tensor_key, args.ctx->step, n, k, selected_);
+    indices_for(seed_, args.tensor_key, args.ctx->step, n, k);
 
-    const float* values = args.grad;
-    if (args.residual != nullptr) {
-      float* residual = args.residual;
-      const float* grad = args.grad;
-      kernels::parallel_chunks(n, kernels::kParallelChunk, args.threads,
-                               [&](std::size_t, std::size_t begin, std::size_t end) {
-                                 for (std::size_t i = begin; i < end; ++i) {
-                                   residual[i] = kernels::ef_accumulate(residual[i], grad[i]);
-                                 }
-                               });
-      values = residual;
+    // v = residual + grad into the fused path's second buffer (or in place), counting non-finite gradient values;
+    // with ef=off v is the gradient and only the count is taken.
+    const float* grad = args.grad;
+    const float* residual = args.residual;
+    float* next = args.residual_out != nullptr ? args.residual_out : args.residual;
+    const float* values = next != nullptr ? next : grad;
+    const std::size_t chunks = (n + kernels::kParallelChunk - 1) / kernels::kParallelChunk;
+    bad_counts_.assign(chunks, 0);
+    const bool streamed = next != nullptr && next != residual && kernels::use_stream_stores(next, n, false);
+    kernels::parallel_chunks(n, kernels::kParallelChunk, args.threads,
+                             [&](std::size_t c, std::size_t begin, std::size_t end) {
+                               bad_counts_[c] = ef_pass(grad, residual, next, streamed, begin, end);
+                             });
+    std::size_t nonfinite = 0, first_bad = n;
+    for (std::size_t c = 0; c < chunks; ++c) {
+      nonfinite += bad_counts_[c];
+      if (bad_counts_[c] > 0 && first_bad == n) {
+        for (std::size_t i = c * kernels::kParallelChunk; i < n; ++i) {
+          if (!std::isfinite(grad[i])) {
+            first_bad = i;
+            break;
+          }
+        }
+      }
     }
+    stats.nonfinite = nonfinite;
+    if (args.first_nonfinite != nullptr) *args.first_nonfinite = first_bad;
 
     payload::Header header;
     header.codec = payload::CodecId::kRandomK;
@@ -75,11 +126,11 @@ class RandomKCompressor final : public ErrorFeedbackCompressor {
     std::byte* body = out.data() + payload::section_offset(header, 1);
     const float scale = args.ctx->prescale;
     for (std::size_t j = 0; j < k; ++j) {
-      const std::uint32_t i = selected_[j];
+      const std::uint32_t i = indices_[j];
       const float v = values[i];
       const float wire = v * scale;
       std::memcpy(body + j * sizeof(float), &wire, sizeof(float));
-      if (args.residual != nullptr) args.residual[i] = scale == 1.0f ? v - wire : v - wire / scale;
+      if (next != nullptr) next[i] = scale == 1.0f ? v - wire : v - wire / scale;
     }
     stats.selected = k;
     return total;
@@ -101,7 +152,7 @@ class RandomKCompressor final : public ErrorFeedbackCompressor {
     GRADCOMP_CHECK_AS(CorruptPayload, k <= numel && header.param1 == k && view.sections[1].size() == k * sizeof(float),
                       "corrupt randomk payload: k = {} (header {}) with {} value bytes for a tensor of {} elements",
                       k, header.param1, view.sections[1].size(), numel);
-    randomk_indices(stream[0], stream[1], stream[2], numel, k, indices_);
+    indices_for(stream[0], stream[1], stream[2], numel, k);
     if (!accumulate && numel > 0) std::memset(out, 0, numel * sizeof(float));
     const std::byte* body = view.sections[1].data();
     for (std::size_t j = 0; j < k; ++j) {
@@ -116,9 +167,23 @@ class RandomKCompressor final : public ErrorFeedbackCompressor {
   }
 
  private:
+  // indices_ = randomk_indices(seed, key, step, n, k), reusing the last ones when the arguments repeat (a decode of
+  // the payload just encoded, or of every rank's payload of one step: the indices are a pure function of them).
+  void indices_for(std::uint64_t seed, std::uint64_t key, std::uint64_t step, std::uint64_t n, std::uint64_t k) {
+    const std::array<std::uint64_t, 5> id = {seed, key, step, n, k};
+    if (have_indices_ && id == indices_id_) return;
+    have_indices_ = false;  // stays false if randomk_indices throws
+    randomk_indices(seed, key, step, n, k, indices_);
+    indices_id_ = id;
+    have_indices_ = true;
+  }
+
   double ratio_;
   std::uint64_t seed_;
-  std::vector<std::uint32_t> selected_, indices_;
+  std::vector<std::uint32_t> indices_;
+  std::array<std::uint64_t, 5> indices_id_{};
+  bool have_indices_ = false;
+  std::vector<std::size_t> bad_counts_;
 };
 
 }  // namespace
@@ -135,11 +200,21 @@ void randomk_indices(std::uint64_t seed, std::uint64_t tensor_key, std::uint64_t
   // Floyd's algorithm: for j = n-k .. n-1 draw t uniform in [0, j]; insert t, or j if t is already chosen. Every
   // k-subset is equally likely. A bitmap marks the chosen positions; scanning it yields them in ascending order.
   const auto stream = kernels::PhiloxStream::make(seed, tensor_key ^ kernels::kRandomKStreamSalt, step);
+  // Draw d = j - (n-k) takes the 64 bits of stream words 2d, 2d+1 (kernels::philox_bits64), generated here in
+  // batches with the vectorized Philox (kernels/philox_cpu.h): the same bits as floyd_candidate().
   std::vector<std::uint64_t> bitmap((n + 63) / 64, 0);
-  for (std::uint64_t j = n - k; j < n; ++j) {
-    const std::uint64_t t = kernels::floyd_candidate(stream, n, k, j);
-    const std::uint64_t pick = (bitmap[t >> 6] >> (t & 63)) & 1u ? j : t;
-    bitmap[pick >> 6] |= std::uint64_t{1} << (pick & 63);
+  constexpr std::uint64_t kBatch = 2048;  // draws per batch (even, so every batch starts on a Philox block)
+  std::uint32_t words[2 * kBatch];
+  for (std::uint64_t first = 0; first < k; first += kBatch) {
+    const std::uint64_t count = std::min<std::uint64_t>(kBatch, k - first);
+    kernels::philox_fill(stream, 2 * first, static_cast<std::size_t>(2 * count), words);
+    for (std::uint64_t d = 0; d < count; ++d) {
+      const std::uint64_t j = n - k + first + d;
+      const std::uint64_t bits = (static_cast<std::uint64_t>(words[2 * d]) << 32) | words[2 * d + 1];
+      const std::uint64_t t = kernels::uniform_below(bits, j + 1);
+      const std::uint64_t pick = (bitmap[t >> 6] >> (t & 63)) & 1u ? j : t;
+      bitmap[pick >> 6] |= std::uint64_t{1} << (pick & 63);
+    }
   }
   out.reserve(k);
   for (std::size_t w = 0; w < bitmap.size(); ++w) {

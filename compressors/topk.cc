@@ -1,13 +1,18 @@
 #include "compressors/topk.h"
 
+#include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
+#include <optional>
 
 #include "compressors/error_feedback.h"
 #include "compressors/sparse_payload.h"
 #include "gradcomp/error.h"
 #include "kernels/cpu_parallel.h"
+#include "kernels/select_collect.h"
 #include "kernels/sparsify_ops.cuh"
+#include "kernels/stream_store.h"
 #include "kernels/topk_select.h"
 
 namespace gradcomp {
@@ -25,6 +30,65 @@ std::vector<ParamSpec> topk_params() {
   params.push_back(ParamSpec{"values", ParamSpec::Kind::kChoice, "f32", 0, 0, false, {"f32", "f16"},
                              "wire type of the sent values (f16 saturates at +-65504, counted as saturated)"});
   return params;
+}
+
+// Non-finite gradient values of one chunk: count and smallest index (the tensor size when none).
+struct Tally {
+  std::size_t nonfinite;
+  std::size_t first;
+};
+
+// Elements [begin, end) of the fused pass: v = residual + grad (grad when residual is null), stored to next[i]
+// (unless null; non-temporal when `stream`), non-finite grad values tallied, and v either offered to `part` (keys
+// >= threshold are kept) or counted in the key histogram `row`.
+void fused_pass(const float* grad, const float* residual, float* next, bool stream, std::size_t begin, std::size_t end,
+                kernels::Candidates* part, std::uint32_t threshold, std::uint32_t* row, Tally& tally) {
+  std::optional<kernels::CandidateCollector> collector;
+  if (part != nullptr) collector.emplace(*part, threshold);
+  std::size_t i = begin;
+  std::size_t bad = 0;
+#if defined(__AVX2__)
+  const __m256i exp_mask = _mm256_set1_epi32(0x7F800000);
+  __m256i bad_lanes = _mm256_setzero_si256();
+  for (; i + 8 <= end; i += 8) {
+    const __m256 g = _mm256_loadu_ps(grad + i);
+    const __m256 v = residual != nullptr ? _mm256_add_ps(_mm256_loadu_ps(residual + i), g) : g;
+    if (next != nullptr) kernels::store8(next + i, v, stream);
+    const __m256i exponent = _mm256_and_si256(_mm256_castps_si256(g), exp_mask);
+    bad_lanes = _mm256_sub_epi32(bad_lanes, _mm256_cmpeq_epi32(exponent, exp_mask));
+    if (collector) {
+      collector->add8(v, static_cast<std::uint32_t>(i));
+    } else {
+      alignas(32) std::uint32_t keys[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(keys),
+                         _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7FFFFFFF)));
+      for (int j = 0; j < 8; ++j) ++row[kernels::key_bucket(keys[j])];
+    }
+  }
+  alignas(32) std::uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), bad_lanes);
+  for (const std::uint32_t lane : lanes) bad += lane;
+#endif
+  for (; i < end; ++i) {
+    const float v = residual != nullptr ? kernels::ef_accumulate(residual[i], grad[i]) : grad[i];
+    if (next != nullptr) next[i] = v;
+    bad += std::isfinite(grad[i]) ? 0 : 1;
+    if (collector) {
+      collector->add1(v, static_cast<std::uint32_t>(i));
+    } else {
+      ++row[kernels::key_bucket(kernels::magnitude_key(v))];
+    }
+  }
+  kernels::stream_fence(stream);
+  tally.nonfinite = bad;
+  if (bad > 0) {
+    for (std::size_t j = begin; j < end; ++j) {
+      if (!std::isfinite(grad[j])) {
+        tally.first = j;
+        break;
+      }
+    }
+  }
 }
 
 class TopKCompressor final : public ErrorFeedbackCompressor {
@@ -51,39 +115,88 @@ class TopKCompressor final : public ErrorFeedbackCompressor {
   }
 
  protected:
+  // The fused pass counts non-finite gradient values and writes the new residual to residual_out (the base applies
+  // the policy afterwards), so there is no separate scan of the gradient.
+  bool fuses_nonfinite_scan() const override { return true; }
+
   std::size_t encode(const EncodeArgs& args, std::span<std::byte> out, CompressStats& stats) override {
     const std::size_t n = args.numel;
     GRADCOMP_CHECK(n <= kMaxIndexable, "compressor 'topk': tensor '{}' has {} elements; int32 indices address at most {}",
                    args.ctx->name, n, kMaxIndexable);
     const std::size_t k = k_for(n);
-    const float* values = args.grad;
-    if (args.residual != nullptr) {
-      // Fused error feedback + key histogram: one pass over grad and residual.
-      float* residual = args.residual;
-      const float* grad = args.grad;
-      histogram_.reset(n);
-      kernels::parallel_chunks(n, kernels::kSelectChunk, args.threads,
-                               [&](std::size_t c, std::size_t begin, std::size_t end) {
-                                 std::uint32_t* row = histogram_.row(c);
-                                 for (std::size_t i = begin; i < end; ++i) {
-                                   const float v = kernels::ef_accumulate(residual[i], grad[i]);
-                                   residual[i] = v;
-                                   ++row[kernels::key_bucket(kernels::magnitude_key(v))];
+    const float* grad = args.grad;
+    const float* residual = args.residual;
+    // Where v = residual + grad goes: the fused path's second buffer, or the residual itself (in place); null with
+    // ef=off, where v is the gradient.
+    float* next = args.residual_out != nullptr ? args.residual_out : args.residual;
+    const float* values = next != nullptr ? next : grad;
+
+    // 1. A bound on the k-th largest |v| from a fixed sample (read before the pass: the in-place path overwrites r).
+    std::uint32_t threshold = 0;
+    bool collect = k >= n;  // k >= n: everything is a candidate (threshold 0)
+    if (!collect) {
+      sample_keys_.resize(kernels::sample_count(n));
+      kernels::parallel_chunks(sample_keys_.size(), kernels::kParallelChunk, args.threads,
+                               [&](std::size_t, std::size_t begin, std::size_t end) {
+                                 for (std::size_t s = begin; s < end; ++s) {
+                                   const std::size_t i = kernels::sample_position(s, n);
+                                   const float v = residual ? kernels::ef_accumulate(residual[i], grad[i]) : grad[i];
+                                   sample_keys_[s] = kernels::magnitude_key(v);
                                  }
                                });
-      values = residual;
-      kernels::select_topk(values, n, k, args.threads, selected_, k < n ? &histogram_ : nullptr);
+      collect = kernels::sampled_lower_bound(sample_keys_, n, k, threshold);
+    }
+
+    // 2. One pass: v = r + g -> next, non-finite count of g, and the candidates with |v| >= bound (or, without a
+    //    usable bound, the key histogram of v).
+    const std::size_t chunks = (n + kernels::kSelectChunk - 1) / kernels::kSelectChunk;
+    tallies_.assign(chunks, Tally{0, n});
+    if (collect) {
+      parts_.resize(chunks);
+      for (auto& part : parts_) part.clear();
     } else {
-      kernels::select_topk(values, n, k, args.threads, selected_);
+      histogram_.reset(n);
+    }
+    const bool stream = next != nullptr && next != residual && kernels::use_stream_stores(next, n, false);
+    kernels::parallel_chunks(n, kernels::kSelectChunk, args.threads,
+                             [&](std::size_t c, std::size_t begin, std::size_t end) {
+                               fused_pass(grad, residual, next, stream, begin, end, collect ? &parts_[c] : nullptr,
+                                          threshold, collect ? nullptr : histogram_.row(c), tallies_[c]);
+                             });
+    std::size_t nonfinite = 0, first_bad = n;
+    for (const Tally& tally : tallies_) {
+      nonfinite += tally.nonfinite;
+      first_bad = std::min(first_bad, tally.first);
+    }
+    stats.nonfinite = nonfinite;
+    if (args.first_nonfinite != nullptr) *args.first_nonfinite = first_bad;
+
+    // 3. Exact top-k among the candidates; the histogram select when there was no bound or too few reached it.
+    bool chosen = false;
+    if (collect) {
+      kernels::concat_candidates(parts_, candidates_);
+      if (candidates_.size() >= k) {
+        kernels::select_among_candidates(candidates_, k, chosen_);
+        chosen = true;
+      }
+    }
+    if (!chosen) {
+      kernels::select_topk(values, n, k, args.threads, selected_, collect || k >= n ? nullptr : &histogram_);
+      candidates_.index.assign(selected_.begin(), selected_.end());
+      candidates_.value.resize(selected_.size());
+      for (std::size_t j = 0; j < selected_.size(); ++j) candidates_.value[j] = values[selected_[j]];
+      chosen_.resize(selected_.size());
+      std::iota(chosen_.begin(), chosen_.end(), 0u);
     }
 
     const auto sections = sparse::write_index_value_header(payload::CodecId::kTopK, n, args.original_dtype,
-                                                           selected_.size(), type_, out);
+                                                           chosen_.size(), type_, out);
     const float scale = args.ctx->prescale;
     std::size_t saturated = 0;
-    for (std::size_t j = 0; j < selected_.size(); ++j) {
-      const std::uint32_t i = selected_[j];
-      const float v = values[i];
+    for (std::size_t j = 0; j < chosen_.size(); ++j) {
+      const std::uint32_t c = chosen_[j];
+      const std::uint32_t i = candidates_.index[c];
+      const float v = candidates_.value[c];
       const float wire = v * scale;
       float decoded = wire;
       sections.indices[j] = static_cast<std::int32_t>(i);
@@ -97,9 +210,9 @@ class TopKCompressor final : public ErrorFeedbackCompressor {
         std::memcpy(sections.values + j * sizeof(wire), &wire, sizeof(wire));
       }
       // residual' = v - transmitted (in gradient units): exactly 0 for f32 values at prescale 1.
-      if (args.residual != nullptr) args.residual[i] = scale == 1.0f ? v - decoded : v - decoded / scale;
+      if (next != nullptr) next[i] = scale == 1.0f ? v - decoded : v - decoded / scale;
     }
-    stats.selected = selected_.size();
+    stats.selected = chosen_.size();
     stats.saturated = saturated;
     return sections.total_bytes;
   }
@@ -113,7 +226,10 @@ class TopKCompressor final : public ErrorFeedbackCompressor {
   double ratio_ = kDefaultRatio;
   sparse::ValueType type_ = sparse::ValueType::kF32;
   kernels::KeyHistogram histogram_;
-  std::vector<std::uint32_t> selected_;
+  std::vector<std::uint32_t> sample_keys_, selected_, chosen_;
+  std::vector<kernels::Candidates> parts_;
+  kernels::Candidates candidates_;
+  std::vector<Tally> tallies_;
 };
 
 }  // namespace

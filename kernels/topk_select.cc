@@ -1,6 +1,8 @@
 #include "kernels/topk_select.h"
 
 #include <algorithm>
+#include <cmath>
+#include <functional>
 #include <numeric>
 
 #include "kernels/cpu_parallel.h"
@@ -89,6 +91,70 @@ void select_topk(const float* values, std::size_t n, std::size_t k, int threads,
   collect_at_least(values, n, bucket_floor, threads, candidates);
   select_among([values](std::uint32_t i) { return magnitude_key(values[i]); },
                std::span<const std::uint32_t>(candidates), k, out);
+}
+
+bool sampled_lower_bound(std::vector<std::uint32_t>& sample_keys, std::size_t n, std::size_t k,
+                         std::uint32_t& threshold_key) {
+  const std::size_t samples = sample_keys.size();
+  if (n == 0 || k == 0 || k > n / 8 || samples == 0) return false;
+  const double hits = static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
+  if (hits < 8.0) return false;
+  const auto rank = static_cast<std::size_t>(std::ceil(1.05 * hits + 4.0 * std::sqrt(hits))) + 1;
+  if (rank > samples) return false;
+  auto nth = sample_keys.begin() + static_cast<std::ptrdiff_t>(rank - 1);
+  std::nth_element(sample_keys.begin(), nth, sample_keys.end(), std::greater<std::uint32_t>());
+  threshold_key = *nth;
+  // Ties: if the sample key 3*rank further down still equals the bound, about 3x more elements than wanted would
+  // become candidates (an all-zero tensor: all of them). The histogram select does not care.
+  const std::size_t far = std::min(samples, 4 * rank);
+  if (far > rank) {
+    auto far_it = sample_keys.begin() + static_cast<std::ptrdiff_t>(far - 1);
+    std::nth_element(nth + 1, far_it, sample_keys.end(), std::greater<std::uint32_t>());
+    if (*far_it == threshold_key) return false;
+  }
+  return true;
+}
+
+void select_among_candidates(const Candidates& candidates, std::size_t k, std::vector<std::uint32_t>& out) {
+  const std::size_t size = candidates.size();
+  out.clear();
+  if (k == 0) return;
+  if (k >= size) {
+    out.resize(size);
+    std::iota(out.begin(), out.end(), 0u);
+    return;
+  }
+  std::vector<std::uint32_t> keys(size);
+  for (std::size_t c = 0; c < size; ++c) keys[c] = magnitude_key(candidates.value[c]);
+  std::vector<std::uint32_t> scratch = keys;
+  std::nth_element(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(k - 1), scratch.end(),
+                   std::greater<std::uint32_t>());
+  const std::uint32_t threshold = scratch[k - 1];
+  std::size_t greater = 0;
+  for (const std::uint32_t key : keys) greater += key > threshold;
+  std::size_t take_equal = k - greater;  // >= 1
+  out.reserve(k);
+  for (std::size_t c = 0; c < size; ++c) {
+    if (keys[c] > threshold) {
+      out.push_back(static_cast<std::uint32_t>(c));
+    } else if (keys[c] == threshold && take_equal > 0) {
+      out.push_back(static_cast<std::uint32_t>(c));  // ascending indices: ties go to the lower index
+      --take_equal;
+    }
+  }
+}
+
+void concat_candidates(const std::vector<Candidates>& parts, Candidates& out) {
+  std::size_t total = 0;
+  for (const auto& part : parts) total += part.size();
+  out.index.resize(total);
+  out.value.resize(total);
+  std::size_t at = 0;
+  for (const auto& part : parts) {
+    std::copy(part.index.begin(), part.index.end(), out.index.begin() + static_cast<std::ptrdiff_t>(at));
+    std::copy(part.value.begin(), part.value.end(), out.value.begin() + static_cast<std::ptrdiff_t>(at));
+    at += part.size();
+  }
 }
 
 }  // namespace gradcomp::kernels

@@ -8,12 +8,21 @@
 // the k-th largest key; one more pass collects the indices whose bucket is >= B (about k plus one bucket's worth);
 // nth_element over those candidates' keys finds the exact k-th key T, and a serial filter in index order keeps every
 // candidate with key > T plus the lowest-index ones with key == T.
+//
+// Sampled bound (the codecs' fast path, docs/sparsifiers.md): a fixed, deterministic sample of one position per
+// kSampleBlock elements gives a key T that, with overwhelming probability, at least k elements reach; the codec then
+// collects every element with key >= T (with its value) in the same pass that writes its buffer, and the exact top-k
+// is chosen among those candidates. If fewer than k reach T (an adversarial layout), the codec falls back to the
+// histogram select: the result is exact either way, only the speed depends on the sample.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "kernels/select_collect.h"
 
 namespace gradcomp::kernels {
 
@@ -48,6 +57,32 @@ void select_among(KeyOf key_of, std::span<const std::uint32_t> candidates, std::
 // Indices i in [0, n) with magnitude_key(values[i]) >= threshold_key, ascending.
 void collect_at_least(const float* values, std::size_t n, std::uint32_t threshold_key, int threads,
                       std::vector<std::uint32_t>& out);
+
+// One sample position per this many elements.
+inline constexpr std::size_t kSampleBlock = 256;
+
+// Sample positions of an n-element tensor: one per kSampleBlock block, at a fixed pseudo-random offset inside it.
+inline std::size_t sample_count(std::size_t n) { return (n + kSampleBlock - 1) / kSampleBlock; }
+inline std::size_t sample_position(std::size_t s, std::size_t n) {
+  const std::size_t begin = s * kSampleBlock;
+  const std::size_t length = std::min(kSampleBlock, n - begin);
+  const std::uint32_t mixed = static_cast<std::uint32_t>(s) * 0x9E3779B1u;
+  return begin + static_cast<std::size_t>((static_cast<std::uint64_t>(mixed ^ (mixed >> 15)) * length) >> 32);
+}
+
+// From the sampled keys (reordered in place) of an n-element tensor, a key that at least k elements reach with high
+// probability (the sample rank 1.05 h + 4 sqrt(h) + 1 of h = k * samples / n expected hits). Returns false when
+// sampling does not pay: too few expected hits (h < 8), k > n / 8, or many sampled keys tie at the bound (an all-zero
+// tensor would make every element a candidate); the caller then uses select_topk.
+bool sampled_lower_bound(std::vector<std::uint32_t>& sample_keys, std::size_t n, std::size_t k,
+                         std::uint32_t& threshold_key);
+
+// Exact top-k of `candidates` by (key desc, index asc): writes the chosen positions into the candidate list,
+// ascending, into `out` (resized to min(k, size)).
+void select_among_candidates(const Candidates& candidates, std::size_t k, std::vector<std::uint32_t>& out);
+
+// Concatenates `parts` in order into `out` (cleared first).
+void concat_candidates(const std::vector<Candidates>& parts, Candidates& out);
 
 }  // namespace gradcomp::kernels
 

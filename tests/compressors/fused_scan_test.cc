@@ -1,7 +1,7 @@
-// The fused non-finite scan (ErrorFeedbackCompressor::fuses_nonfinite_scan; every dense codec opts in): the codec
-// counts NaN/Inf in its own encode pass and writes the new residual into a second buffer, so a raising or skipped
-// step must leave the state exactly as it was and the next finite step must match an uninterrupted run; the count
-// and first index must be exact, identical for any thread count, and about the gradient (not g + residual).
+// The fused non-finite scan (ErrorFeedbackCompressor::fuses_nonfinite_scan; every dense codec, topk and randomk opt
+// in): the codec counts NaN/Inf in its own encode pass and writes the new residual into a second buffer, so a raising
+// or skipped step must leave the state exactly as it was and the next finite step must match an uninterrupted run; the
+// count and first index must be exact, identical for any thread count, and about the gradient (not g + residual).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -41,7 +41,9 @@ INSTANTIATE_TEST_SUITE_P(Codecs, FusedScan,
                          ::testing::Values("qsgd:bits=4", "qsgd:bits=8,scale=l2,bucket=64", "qsgd:bits=3,ef=off",
                                            "terngrad:bucket=512", "terngrad:bucket=0", "terngrad:clip=0,bucket=128",
                                            "onebit:bucket=512", "onebit:bucket=8,ef=off", "fp16", "fp16:prescale=0.5",
-                                           "bf16", "bf16:ef=off", "none"));
+                                           "bf16", "bf16:ef=off", "none", "topk", "topk:ratio=0.05",
+                                           "topk:ratio=0.05,ef=off", "topk:k=100,values=f16", "randomk",
+                                           "randomk:ratio=0.1,ef=off"));
 
 // `spec` with one more parameter.
 std::string with(const std::string& spec, const std::string& param) {

@@ -5,6 +5,7 @@
 
 #include "compressors/randomk.h"
 #include "kernels/philox_ops.cuh"
+#include "kernels/sparsify_ops.cuh"
 #include "sparse_test_util.h"
 
 namespace gradcomp::testing {
@@ -50,6 +51,23 @@ TEST(RandomK, IndicesDependOnStepNameAndSeed) {
   EXPECT_TRUE(std::is_sorted(a.begin(), a.end()));
   EXPECT_EQ(std::set<std::uint32_t>(a.begin(), a.end()).size(), 50u);
   EXPECT_LT(a.back(), 10000u);
+}
+
+// The batched (vectorized Philox) draws give exactly Floyd's algorithm over floyd_candidate(), the per-draw form the
+// CUDA path and the docs describe: across several batches and for odd k.
+TEST(RandomK, BatchedDrawsMatchFloydOverFloydCandidate) {
+  for (const std::uint64_t k : {1ull, 7ull, 2047ull, 2048ull, 5001ull}) {
+    const std::uint64_t n = 100'003;
+    const auto stream = kernels::PhiloxStream::make(5, 1234 ^ kernels::kRandomKStreamSalt, 3);
+    std::set<std::uint64_t> chosen;
+    for (std::uint64_t j = n - k; j < n; ++j) {
+      const std::uint64_t t = kernels::floyd_candidate(stream, n, k, j);
+      chosen.insert(chosen.count(t) ? j : t);
+    }
+    std::vector<std::uint32_t> got;
+    randomk_indices(5, 1234, 3, n, k, got);
+    EXPECT_EQ(std::vector<std::uint32_t>(chosen.begin(), chosen.end()), got) << k;
+  }
 }
 
 TEST(RandomK, SelectionIsUniform) {

@@ -5,6 +5,8 @@
 
 #include "compressors/payload.h"
 #include "kernels/half_ops.cuh"
+#include "kernels/sparsify_ops.cuh"
+#include "kernels/topk_select.h"
 #include "sparse_test_util.h"
 
 namespace gradcomp::testing {
@@ -55,6 +57,36 @@ TEST(TopK, MultiChunkTensorMatchesReferenceAndThreadCount) {
   const auto payload = compress(*c, grad, "big", 0);
   EXPECT_EQ(section_ints(payload, 0), reference_topk(grad, 25000));
   expect_thread_independent("topk:ratio=0.003", n, 2);
+}
+
+// The sampled bound (kernels/topk_select.h) only speeds the selection up: a layout that fools the sample (every
+// sampled position holds a large value, the true top-k lies mostly elsewhere) must still give the exact top-k through
+// the fallback, and ties at the bound (all-equal or all-zero tensors) the lowest indices.
+TEST(TopK, SampledBoundFallbackAndTiesStayExact) {
+  const std::size_t n = (std::size_t{1} << 20) + 12345;
+  auto grad = make_values(n, 21);
+  for (float& x : grad) x *= 0.3f;  // |x| <= 0.45
+  const std::size_t samples = kernels::sample_count(n);
+  for (std::size_t s = 0; s < samples; ++s) {
+    grad[kernels::sample_position(s, n)] = (s % 2 ? -1.0f : 1.0f) * (1.0f + static_cast<float>(s) * 1e-5f);
+  }
+  const std::size_t k = kernels::k_of_ratio(0.01, n);
+  ASSERT_GT(k, samples);  // fewer than k elements reach any sampled key
+  for (int threads : {1, 3}) {
+    auto c = make_compressor("topk:ratio=0.01");
+    c->set_threads(threads);
+    const auto payload = compress(*c, grad, "fooled", 0);
+    EXPECT_EQ(section_ints(payload, 0), reference_topk(grad, k)) << threads;
+  }
+  for (const float level : {0.0f, 0.25f}) {
+    std::vector<float> same(300'000, level);
+    for (std::size_t i = 0; i < same.size(); i += 3) same[i] = -level;
+    auto c = make_compressor("topk:ratio=0.01");
+    const auto ids = section_ints(compress(*c, same, "same", 0), 0);
+    std::vector<std::int32_t> first(3000);
+    std::iota(first.begin(), first.end(), 0);
+    EXPECT_EQ(ids, first) << level;
+  }
 }
 
 TEST(TopK, RatioKAndClamping) {
