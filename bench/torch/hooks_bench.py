@@ -11,6 +11,7 @@ rank's). Launch it plainly (spawns --ranks processes) or under mpirun (one proce
 import argparse
 import json
 import os
+import resource
 import socket
 import sys
 import time
@@ -33,7 +34,11 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=3, help="timed steps per row")
     p.add_argument("--rows", default=",".join(DEFAULT_ROWS),
                    help="comma-separated rows: torch:{allreduce,fp16,powersgd1}, gradcomp:<spec>, optimizer:<spec> "
-                        "(a spec's own commas are written as '+', e.g. gradcomp:topk:ratio=0.01+ef=on)")
+                        "(a spec's own commas are written as '+', e.g. gradcomp:topk:ratio=0.01+ef=on); floors, not "
+                        "competitors: floor:compute (DDP with a hook that returns the bucket without communicating: "
+                        "forward + backward + SGD, what no hook can remove) and floor:wire_fp16 (only the collectives "
+                        "of a float16 sum of the model's gradient size: all_to_all + all_gather of 2 bytes per "
+                        "parameter, the ring allreduce's bytes, no compute)")
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--json", action="store_true", help="print one JSON object per row instead of a table")
     return p.parse_args(argv)
@@ -44,14 +49,36 @@ def build_model(hidden):
     return torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, 10))
 
 
+PHASES = {}  # phase -> seconds summed over the timed steps of the current row (this rank)
+_timing = [False]
+
+
+def phase(name, t0):
+    """Adds the time since t0 to `name` (during timed steps) and returns now."""
+    t = time.perf_counter()
+    if _timing[0]:
+        PHASES[name] = PHASES.get(name, 0.0) + t - t0
+    return t
+
+
 def time_steps(step_fn, warmup, steps):
     for _ in range(warmup):
         step_fn()
     dist.barrier()
+    PHASES.clear()
+    _timing[0] = True
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     for _ in range(steps):
         step_fn()
     elapsed = torch.tensor([(time.perf_counter() - t0) / steps])
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    _timing[0] = False
+    for k in PHASES:
+        PHASES[k] /= steps
+    # CPU seconds this process (every thread: autograd, hook worker, runtime, MPI/gloo) spent per step: on a shared,
+    # oversubscribed machine a steadier measure of overhead than wall time.
+    PHASES["cpu"] = (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) / steps
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     return float(elapsed)
 
@@ -64,11 +91,24 @@ def run_row(row, args, rank, world):
     kind, _, spec = row.partition(":")
     spec = spec.replace("+", ",")
     model = build_model(args.hidden)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    warmup = args.warmup
+    if kind == "floor" and spec == "wire_fp16":
+        # The split sum's collectives alone (docs/python.md): as many bytes per rank as a float16 ring allreduce.
+        numel = sum(p.numel() for p in model.parameters())
+        m = (numel + world - 1) // world
+        send = torch.zeros(world * m, dtype=torch.float16)
+        chunks = torch.empty_like(send)
+        mine = torch.zeros(m, dtype=torch.float16)
+
+        def wire_step():
+            dist.all_to_all_single(chunks.view(torch.uint8), send.view(torch.uint8))
+            dist.all_gather(list(send.view(torch.uint8).view(world, 2 * m).unbind(0)), mine.view(torch.uint8))
+        return "floor: fp16 wire (all_to_all + all_gather, no compute)", f"{numel} x f16", \
+            time_steps(wire_step, warmup, args.steps)
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, args.hidden, generator=g)
     y = torch.randint(0, 10, (args.batch,), generator=g)
-    loss_fn = torch.nn.CrossEntropyLoss()
-    warmup = args.warmup
     if kind == "optimizer":
         if not gct.is_initialized():
             gct.init(backend="torch")  # spawned ranks: torch.distributed is already up
@@ -78,9 +118,14 @@ def run_row(row, args, rank, world):
                                        compression=spec)
 
         def step():
+            t = time.perf_counter()
             opt.zero_grad()
-            loss_fn(model(x), y).backward()
+            loss = loss_fn(model(x), y)
+            t = phase("fwd", t)
+            loss.backward()
+            t = phase("bwd", t)
             opt.step()
+            phase("step", t)
         s = time_steps(step, warmup, args.steps)
         impl = f"gradcomp DistributedOptimizer ({gct.backend()})"
         opt._remove_hooks()
@@ -102,6 +147,13 @@ def run_row(row, args, rank, world):
             warmup = max(warmup, 3)
         else:
             raise SystemExit(f"hooks_bench: unknown torch row '{row}'")
+    elif kind == "floor" and spec == "compute":
+        def nocomm_hook(_, bucket):
+            fut = torch.futures.Future()
+            fut.set_result(bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor())
+            return fut
+        ddp.register_comm_hook(None, nocomm_hook)
+        impl = "floor: DDP, hook without communication"
     elif kind == "gradcomp":
         state, hook = gct.ddp_comm_hook(spec, model=model)
         ddp.register_comm_hook(state, hook)
@@ -111,9 +163,14 @@ def run_row(row, args, rank, world):
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
 
     def step():
+        t = time.perf_counter()
         opt.zero_grad()
-        loss_fn(ddp(x), y).backward()
+        loss = loss_fn(ddp(x), y)
+        t = phase("fwd", t)
+        loss.backward()
+        t = phase("bwd", t)
         opt.step()
+        phase("step", t)
     return impl, spec, time_steps(step, warmup, args.steps)
 
 
@@ -129,7 +186,8 @@ def worker(rank, world, port, args):
             baseline = s
         rec = {"impl": impl, "spec": spec, "ranks": world, "step_s": round(s, 4),
                "params": sum(p.numel() for p in build_model(args.hidden).parameters()), "batch": args.batch,
-               "speedup_vs_allreduce": round(baseline / s, 2) if baseline else None}
+               "speedup_vs_allreduce": round(baseline / s, 2) if baseline else None,
+               "rank0_phases_s": {k: round(v, 4) for k, v in PHASES.items()}}
         results.append(rec)
         if rank == 0:
             if args.json:

@@ -297,9 +297,15 @@ class MpiCommunicator final : public Communicator {
                                   "ms): a peer rank is missing, dead or stuck",
                                   op, bytes, rank_, size_, comm::ms_since(start), timeout_.count()));
       }
-      // Spin briefly for latency, then yield, then nap: ranks that share cores (oversubscribed runs) need the CPU
-      // for their own reductions and compression, and the TCP progress engine only needs a poll every ~50 us.
-      if (spins > 4096) {
+      // Spin briefly for latency, yield, then nap: 20 us naps for the first ~40 ms, 200 us naps after that. Ranks
+      // that share cores (oversubscribed runs) need the CPU for their own reductions and compression. Yielding up to
+      // 4096 times and then napping 20 us for the whole wait cost a waiting thread tens of thousands of wake-ups a
+      // second (measured: 4 ranks whose idle fusion runtimes sat in their negotiation allgather burnt 0.4-1.4 CPU-s
+      // per 5 s each on 2 cores); a 200 us nap still polls the TCP progress engine often enough to keep a 1 Gbit/s
+      // link's socket buffers (25 KB per nap) moving.
+      if (spins > 192) {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      } else if (spins > 128) {
         std::this_thread::sleep_for(std::chrono::microseconds(20));
       } else if (spins > 64) {
         std::this_thread::yield();

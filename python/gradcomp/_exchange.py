@@ -19,6 +19,7 @@ exchanges need no blocking in the caller, every rank issues the collectives in t
 its buffers between steps (no 100 MB allocation and page faults per step). CUDA tensors keep the direct path: the
 collectives are issued by the caller and complete asynchronously on the device.
 """
+import atexit
 import os
 import queue
 import threading
@@ -67,15 +68,30 @@ class _Worker:
         self._queue.put((job, fut))
         return fut
 
+    def stop(self, timeout_s=10.0):
+        """Ends the thread after the jobs already queued (interpreter exit: a daemon thread still parked in
+        `queue.get()` is never unwound, so whatever its frame references, e.g. the last job's compressor, would
+        outlive the module and nanobind reports it as leaked)."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout_s)
+        self.buffers.clear()
+
     def _loop(self):
         while True:
-            job, fut = self._queue.get()
+            item = self._queue.get()
+            if item is None:
+                return
+            job, fut = item
+            result = None
             try:
                 result = job()
             except BaseException as e:  # noqa: BLE001 - the waiter re-raises it
                 fut.set_exception(e)
             else:
                 fut.set_result(result)
+            # Drop the finished job before parking in get(): its closure holds the Exchanger and compressor.
+            del item, job, fut, result
 
     def buffer(self, role, numel, dtype):
         """A reusable tensor of `numel` elements (a view of a cached one); valid until the next call with `role`."""
@@ -91,11 +107,23 @@ _workers = {}
 _workers_lock = threading.Lock()
 
 
+def _stop_workers():
+    """atexit: stops every worker thread (registered on first use, so it runs before the atexit handlers that torch
+    and gradcomp.torch registered earlier)."""
+    with _workers_lock:
+        workers = list(_workers.values())
+        _workers.clear()
+    for w in workers:
+        w.stop()
+
+
 def _worker_for(group):
     key = id(group) if group is not None else None
     with _workers_lock:
         w = _workers.get(key)
         if w is None:
+            if not _workers:
+                atexit.register(_stop_workers)
             w = _workers[key] = _Worker()
         return w
 

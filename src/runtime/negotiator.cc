@@ -248,4 +248,14 @@ CycleDecision Negotiator::decide(const CycleSummary& summary,
   return decision;
 }
 
+bool Negotiator::quiet(const CycleSummary& summary) const {
+  if (summary.any_announcements || !table_.empty()) return false;
+  for (const auto& rank_bits : summary.bits) {
+    for (std::uint8_t bit : rank_bits) {
+      if (bit != 0) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace gradcomp::runtime

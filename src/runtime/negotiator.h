@@ -87,6 +87,9 @@ class Negotiator {
   // The cycle's decisions from the summary and, when any_announcements, every rank's announcement blob.
   CycleDecision decide(const CycleSummary& summary, const std::vector<std::vector<std::byte>>& announcements);
 
+  // True when, after decide(), no rank had anything to negotiate: no cache bit set, nothing announced this cycle
+  // and no announcement waiting for other ranks. The same on every rank (it depends only on gathered state).
+  bool quiet(const CycleSummary& summary) const;
   // Cycles decided so far (the same on every rank).
   std::uint64_t cycle() const { return cycle_; }
   std::size_t cached() const { return index_.size(); }

@@ -78,6 +78,17 @@ double default_cycle_time_ms() {
   return 1.0;
 }
 
+double default_idle_cycle_max_ms() {
+  if (const char* value = env("GRADCOMP_IDLE_CYCLE_MAX_MS")) {
+    char* end = nullptr;
+    const double ms = std::strtod(value, &end);
+    GRADCOMP_CHECK(end != value && *end == '\0' && ms >= 0, "GRADCOMP_IDLE_CYCLE_MAX_MS='{}' is not a duration",
+                   value);
+    return ms;
+  }
+  return 50.0;
+}
+
 std::string Status::message() const {
   if (!error) return "";
   try {
@@ -107,6 +118,8 @@ class Runtime::Impl {
         negotiator_(comm.rank(), comm.size(), options_.cache_capacity),
         executor_(comm, options_, open_timeline(comm)) {
     GRADCOMP_CHECK(options_.cycle_time_ms >= 0, "cycle_time_ms must be >= 0, got {}", options_.cycle_time_ms);
+    GRADCOMP_CHECK(options_.idle_cycle_max_ms >= 0, "idle_cycle_max_ms must be >= 0, got {}",
+                   options_.idle_cycle_max_ms);
     for (const auto& rule : options_.policy.rules) canonical(rule.spec);
     canonical(options_.policy.default_spec.empty() ? "none" : options_.policy.default_spec);
     for (const auto& spec : options_.policy.auto_candidates) canonical(spec);
@@ -158,7 +171,9 @@ class Runtime::Impl {
     if (!request.callback) handles_[request.id] = HandleState{};
     ++in_flight_;
     queue_.push_back(std::move(request));
-    return next_id_;
+    const std::uint64_t id = next_id_;
+    if (backing_off_) wake_cv_.notify_one();  // (under mutex_: the loop cannot miss it)
+    return id;
   }
 
   void wait(Handle handle) {
@@ -355,6 +370,10 @@ class Runtime::Impl {
   void loop() {
     const auto cycle = std::chrono::duration_cast<Clock::duration>(
         std::chrono::duration<double, std::milli>(options_.cycle_time_ms));
+    const auto idle_max = std::max(cycle, std::chrono::duration_cast<Clock::duration>(
+                                              std::chrono::duration<double, std::milli>(options_.idle_cycle_max_ms)));
+    const auto idle_base = std::max(cycle, std::chrono::duration_cast<Clock::duration>(std::chrono::milliseconds(1)));
+    unsigned quiet_cycles = 0;  // consecutive cycles in which no rank had anything pending (same on every rank)
     std::deque<std::pair<std::uint64_t, Clock::time_point>> cycle_starts;  // rank 0's deadline bookkeeping
     std::uint64_t expire_before = 0;
     auto next = Clock::now();
@@ -364,12 +383,15 @@ class Runtime::Impl {
         std::deque<Request> incoming;
         {
           std::unique_lock lock(mutex_);
-          wake_cv_.wait_until(lock, next, [&] { return shutdown_requested_; });
+          wake_cv_.wait_until(lock, next, [&] { return shutdown_requested_ || (backing_off_ && !queue_.empty()); });
           shutting_down = shutdown_requested_;
           incoming.swap(queue_);
         }
         const auto start = Clock::now();
         next = start + cycle;
+        if (quiet_cycles > 0 && options_.idle_cycle_max_ms > 0) {
+          next = start + std::min(idle_max, idle_base * (Clock::duration::rep{1} << std::min(quiet_cycles, 20u)));
+        }
         for (Request& request : incoming) {
           negotiator_.add_pending(request.name, request.signature);
           pending_.emplace(request.name, std::move(request));
@@ -411,6 +433,13 @@ class Runtime::Impl {
         }
         runtime::CycleDecision decision = negotiator_.decide(summary, blobs);
         const auto negotiated = Clock::now();
+        quiet_cycles = negotiator_.quiet(summary) && decision.ready.empty() && decision.failed.empty()
+                           ? quiet_cycles + 1
+                           : 0;
+        {
+          std::lock_guard lock(mutex_);
+          backing_off_ = quiet_cycles > 0 && options_.idle_cycle_max_ms > 0;
+        }
         {
           std::lock_guard lock(stats_mutex_);
           ++stats_.cycles;
@@ -512,6 +541,7 @@ class Runtime::Impl {
 
   mutable std::mutex mutex_;
   std::condition_variable wake_cv_, done_cv_;
+  bool backing_off_ = false;  // (mutex_) the loop waits longer than a cycle: enqueue() must wake it
   std::deque<Request> queue_;
   std::set<std::string> active_names_;
   std::map<std::uint64_t, HandleState> handles_;

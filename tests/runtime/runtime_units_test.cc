@@ -183,6 +183,45 @@ TEST(Negotiator, ReadyOnlyWhenEveryRankSubmittedThenCached) {
   for (auto& decision : d) EXPECT_EQ(names(decision), (std::vector<std::string>{"b"}));
 }
 
+// One cycle like run_cycle(), returning every rank's quiet() verdict (the runtime's idle back-off).
+std::vector<bool> quiet_after_cycle(std::vector<Negotiator>& ranks) {
+  std::vector<std::byte> all;
+  for (auto& rank : ranks) {
+    auto message = rank.make_message(false, 0);
+    all.insert(all.end(), message.begin(), message.end());
+  }
+  std::vector<CycleSummary> summaries;
+  for (auto& rank : ranks) summaries.push_back(rank.summarize(all));
+  std::vector<std::vector<std::byte>> blobs;
+  if (summaries[0].any_announcements) {
+    for (auto& rank : ranks) blobs.push_back(rank.take_announcements());
+  }
+  std::vector<bool> quiet;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    ranks[r].decide(summaries[r], blobs);
+    quiet.push_back(ranks[r].quiet(summaries[r]));
+  }
+  return quiet;
+}
+
+TEST(Negotiator, QuietOnlyWhenNoRankHasAnythingPendingAndAllAgree) {
+  auto ranks = make_ranks(3);
+  const Signature sig{10, DType::kF32, Device::cpu(), "none"};
+  EXPECT_EQ(quiet_after_cycle(ranks), (std::vector<bool>{true, true, true}));
+  // One rank announces a new name: not quiet on any rank, nor while the others have not announced it yet.
+  ranks[1].add_pending("a", sig);
+  EXPECT_EQ(quiet_after_cycle(ranks), (std::vector<bool>{false, false, false}));
+  EXPECT_EQ(quiet_after_cycle(ranks), (std::vector<bool>{false, false, false}));
+  ranks[0].add_pending("a", sig);
+  ranks[2].add_pending("a", sig);
+  quiet_after_cycle(ranks);  // ready everywhere, now cached
+  for (auto& rank : ranks) rank.remove_pending("a");
+  EXPECT_EQ(quiet_after_cycle(ranks), (std::vector<bool>{true, true, true}));
+  // A cached name pending on one rank only sets its bit: not quiet anywhere.
+  ranks[2].add_pending("a", sig);
+  EXPECT_EQ(quiet_after_cycle(ranks), (std::vector<bool>{false, false, false}));
+}
+
 TEST(Negotiator, MismatchFailsOnEveryRankNamingBothSides) {
   auto ranks = make_ranks(2);
   ranks[0].add_pending("w", Signature{10, DType::kF32, Device::cpu(), "none"});
