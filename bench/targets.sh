@@ -44,7 +44,7 @@ stamp allreduce
 echo "[3/3] hooks_bench, 4 ranks, 1 Gbit/s (issue 7) -> $out/hooks.jsonl"
 timeout 1800 bench/net/shaped.sh 1gbit -- mpirun --allow-run-as-root --oversubscribe -np 4 -x PYTHONPATH \
   -x OMP_NUM_THREADS "$py" bench/torch/hooks_bench.py --json \
-  --rows torch:allreduce,torch:fp16,torch:powersgd1,gradcomp:topk:ratio=0.01,gradcomp:dgc,gradcomp:fp16,optimizer:topk:ratio=0.01,optimizer:fp16 \
+  --rows floor:compute,floor:wire_fp16,torch:allreduce,torch:fp16,torch:powersgd1,gradcomp:topk:ratio=0.01,gradcomp:dgc,gradcomp:fp16,optimizer:topk:ratio=0.01,optimizer:fp16 \
   >"$out/hooks.jsonl" 2>&1
 stamp hooks
 grep -E '^\| (codec|[a-z0-9]+ \|)' "$out/compressors.txt" || true
