@@ -116,32 +116,10 @@ bool sampled_lower_bound(std::vector<std::uint32_t>& sample_keys, std::size_t n,
 }
 
 void select_among_candidates(const Candidates& candidates, std::size_t k, std::vector<std::uint32_t>& out) {
-  const std::size_t size = candidates.size();
-  out.clear();
-  if (k == 0) return;
-  if (k >= size) {
-    out.resize(size);
-    std::iota(out.begin(), out.end(), 0u);
-    return;
-  }
-  std::vector<std::uint32_t> keys(size);
-  for (std::size_t c = 0; c < size; ++c) keys[c] = magnitude_key(candidates.value[c]);
-  std::vector<std::uint32_t> scratch = keys;
-  std::nth_element(scratch.begin(), scratch.begin() + static_cast<std::ptrdiff_t>(k - 1), scratch.end(),
-                   std::greater<std::uint32_t>());
-  const std::uint32_t threshold = scratch[k - 1];
-  std::size_t greater = 0;
-  for (const std::uint32_t key : keys) greater += key > threshold;
-  std::size_t take_equal = k - greater;  // >= 1
-  out.reserve(k);
-  for (std::size_t c = 0; c < size; ++c) {
-    if (keys[c] > threshold) {
-      out.push_back(static_cast<std::uint32_t>(c));
-    } else if (keys[c] == threshold && take_equal > 0) {
-      out.push_back(static_cast<std::uint32_t>(c));  // ascending indices: ties go to the lower index
-      --take_equal;
-    }
-  }
+  // Positions 0..size-1 ascend like the candidates' tensor indices, so select_among's tie rule (lower first) holds.
+  std::vector<std::uint32_t> positions(candidates.size());
+  std::iota(positions.begin(), positions.end(), 0u);
+  select_among([&](std::uint32_t c) { return magnitude_key(candidates.value[c]); }, positions, k, out);
 }
 
 void concat_candidates(const std::vector<Candidates>& parts, Candidates& out) {

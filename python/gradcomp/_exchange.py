@@ -219,22 +219,27 @@ class Exchanger:
         dist.all_gather(list(padded.view(torch.uint8).view(world, 2 * m).unbind(0)), mine.view(torch.uint8),
                         group=self.group)
 
-    def _gather_sync(self, worker, items, step):
-        c, world = self.compressor, self.world
-        k = len(items)
+    def _pack_payloads(self, items, step, allocate):
+        """Compresses every (name, tensor) of `items` into one uint8 buffer from `allocate(nbytes)`: a table of the k
+        payload sizes (int64), then the payloads, each 16-byte aligned. Returns (buffer, bytes used)."""
+        c = self.compressor
         caps = [_align(c.max_payload_bytes(t.numel())) for _, t in items]
-        table_bytes = _align(8 * k)
-        buf = worker.buffer("send", table_bytes + sum(caps), torch.uint8)
+        table_bytes = _align(8 * len(items))
+        buf = allocate(table_bytes + sum(caps))
         sizes = []
         off = table_bytes
         with self.lock:
             for (name, t), cap in zip(items, caps):
-                p = c.compress(t, name=name, step=step, rank=self.rank, world_size=world, prescale=1.0,
+                p = c.compress(t, name=name, step=step, rank=self.rank, world_size=self.world, prescale=1.0,
                                out=buf[off:off + cap])
                 sizes.append(p.numel())
                 off += _align(p.numel())
         buf[:table_bytes].view(torch.int64).copy_(torch.tensor(sizes, dtype=torch.int64))
-        total = off
+        return buf, off
+
+    def _gather_sync(self, worker, items, step):
+        world = self.world
+        buf, total = self._pack_payloads(items, step, lambda nbytes: worker.buffer("send", nbytes, torch.uint8))
         lengths = torch.zeros(world, dtype=torch.int64)
         dist.all_gather(list(lengths.view(world, 1).unbind(0)), torch.tensor([total], dtype=torch.int64),
                         group=self.group)
@@ -289,22 +294,10 @@ class Exchanger:
 
     # -- gatherable / requantizable: all-gather of packed payloads, decode in rank order -----------------------------
     def _run_gather(self, items, step, result):
-        c, world = self.compressor, self.world
+        world = self.world
         device = items[0][1].device
-        k = len(items)
-        caps = [_align(c.max_payload_bytes(t.numel())) for _, t in items]
-        table_bytes = _align(8 * k)
-        buf = torch.empty(table_bytes + sum(caps), dtype=torch.uint8, device=device)
-        sizes = []
-        off = table_bytes
-        with self.lock:
-            for (name, t), cap in zip(items, caps):
-                p = c.compress(t, name=name, step=step, rank=self.rank, world_size=world, prescale=1.0,
-                               out=buf[off:off + cap])
-                sizes.append(p.numel())
-                off += _align(p.numel())
-        buf[:table_bytes].view(torch.int64).copy_(torch.tensor(sizes, dtype=torch.int64))
-        total = off
+        buf, total = self._pack_payloads(
+            items, step, lambda nbytes: torch.empty(nbytes, dtype=torch.uint8, device=device))
         if world == 1:
             return _completed_future(self._finish_gather([buf[:total]], items, result))
         lengths = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
