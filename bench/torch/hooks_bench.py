@@ -83,6 +83,20 @@ def time_steps(step_fn, warmup, steps):
     return float(elapsed)
 
 
+def training_step(model, opt, loss_fn, x, y):
+    """One timed training step of `model` with `opt`, recording the fwd / bwd / step phases."""
+    def step():
+        t = time.perf_counter()
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        t = phase("fwd", t)
+        loss.backward()
+        t = phase("bwd", t)
+        opt.step()
+        phase("step", t)
+    return step
+
+
 def run_row(row, args, rank, world):
     import gradcomp.torch as gct
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -117,16 +131,7 @@ def run_row(row, args, rank, world):
         opt = gct.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), named_parameters=named,
                                        compression=spec)
 
-        def step():
-            t = time.perf_counter()
-            opt.zero_grad()
-            loss = loss_fn(model(x), y)
-            t = phase("fwd", t)
-            loss.backward()
-            t = phase("bwd", t)
-            opt.step()
-            phase("step", t)
-        s = time_steps(step, warmup, args.steps)
+        s = time_steps(training_step(model, opt, loss_fn, x, y), warmup, args.steps)
         impl = f"gradcomp DistributedOptimizer ({gct.backend()})"
         opt._remove_hooks()
         return impl, spec, s
@@ -161,17 +166,7 @@ def run_row(row, args, rank, world):
     else:
         raise SystemExit(f"hooks_bench: unknown row kind '{kind}' in '{row}'")
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-
-    def step():
-        t = time.perf_counter()
-        opt.zero_grad()
-        loss = loss_fn(ddp(x), y)
-        t = phase("fwd", t)
-        loss.backward()
-        t = phase("bwd", t)
-        opt.step()
-        phase("step", t)
-    return impl, spec, time_steps(step, warmup, args.steps)
+    return impl, spec, time_steps(training_step(ddp, opt, loss_fn, x, y), warmup, args.steps)
 
 
 def worker(rank, world, port, args):
