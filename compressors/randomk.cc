@@ -20,7 +20,7 @@ namespace {
 
 // Payload: header param0 = 0, param1 = k; section 0 = four u64 {seed, tensor_key, step, k}; section 1 = k f32 values
 // in ascending index order.
-constexpr std::size_t kStreamSectionBytes = 4 * sizeof(std::uint64_t);
+constexpr std::size_t kStreamSectionBytes = sparse::kRandomKStreamBytes;
 constexpr std::size_t kMaxIndexable = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
 
 std::vector<ParamSpec> randomk_params() {
@@ -112,14 +112,7 @@ class RandomKCompressor final : public ErrorFeedbackCompressor {
     stats.nonfinite = nonfinite;
     if (args.first_nonfinite != nullptr) *args.first_nonfinite = first_bad;
 
-    payload::Header header;
-    header.codec = payload::CodecId::kRandomK;
-    header.numel = n;
-    header.dtype = args.original_dtype;
-    header.param1 = static_cast<std::uint32_t>(k);
-    header.section_count = 2;
-    header.section_bytes[0] = kStreamSectionBytes;
-    header.section_bytes[1] = k * sizeof(float);
+    const payload::Header header = sparse::randomk_header(n, args.original_dtype, k);
     const std::size_t total = payload::write_header(header, out);
     const std::uint64_t stream[4] = {seed_, args.tensor_key, args.ctx->step, k};
     std::memcpy(out.data() + payload::section_offset(header, 0), stream, sizeof(stream));

@@ -26,19 +26,7 @@ namespace {
 
 constexpr std::size_t kMaxIndexable = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
 
-payload::Header index_value_header(payload::CodecId codec, std::uint64_t numel, DType dtype, std::size_t k,
-                                   sparse::ValueType type) {
-  payload::Header header;
-  header.codec = codec;
-  header.numel = numel;
-  header.dtype = dtype;
-  header.param0 = static_cast<std::uint32_t>(type);
-  header.param1 = static_cast<std::uint32_t>(k);
-  header.section_count = 2;
-  header.section_bytes[0] = k * sizeof(std::int32_t);
-  header.section_bytes[1] = k * sparse::value_bytes(type);
-  return header;
-}
+using sparse::index_value_header;
 
 // sparse::decode_index_value on the device: host checks of the header, a validation kernel, then the scatter.
 void decode_index_value_cuda(const CudaDecodeArgs& args, std::string_view codec) {
@@ -136,14 +124,7 @@ class RandomKCudaCodec final : public CudaCodec {
                    args.ctx->name, n, kMaxIndexable);
     const std::size_t k = kernels::k_of_ratio(ratio_, n);
     randomk_indices(seed_, args.tensor_key, args.ctx->step, n, k, indices_);
-    payload::Header header;
-    header.codec = payload::CodecId::kRandomK;
-    header.numel = n;
-    header.dtype = args.original_dtype;
-    header.param1 = static_cast<std::uint32_t>(k);
-    header.section_count = 2;
-    header.section_bytes[0] = kStreamSectionBytes;
-    header.section_bytes[1] = k * sizeof(float);
+    const payload::Header header = sparse::randomk_header(n, args.original_dtype, k);
     write_header_device(header, out, args.stream);
     const std::uint64_t stream_words[4] = {seed_, args.tensor_key, args.ctx->step, k};
     GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(out + payload::section_offset(header, 0), stream_words, sizeof(stream_words),
@@ -196,7 +177,7 @@ class RandomKCudaCodec final : public CudaCodec {
   }
 
  private:
-  static constexpr std::size_t kStreamSectionBytes = 4 * sizeof(std::uint64_t);
+  static constexpr std::size_t kStreamSectionBytes = sparse::kRandomKStreamBytes;
   double ratio_;
   std::uint64_t seed_;
   std::vector<std::uint32_t> indices_;

@@ -11,8 +11,8 @@ std::size_t index_value_bytes(std::size_t k, ValueType type) {
   return payload::kHeaderBytes + payload::align_up(k * sizeof(std::int32_t)) + k * value_bytes(type);
 }
 
-IndexValueSections write_index_value_header(payload::CodecId codec, std::uint64_t numel, DType dtype, std::size_t k,
-                                            ValueType type, std::span<std::byte> out) {
+payload::Header index_value_header(payload::CodecId codec, std::uint64_t numel, DType dtype, std::size_t k,
+                                   ValueType type) {
   payload::Header header;
   header.codec = codec;
   header.numel = numel;
@@ -22,6 +22,24 @@ IndexValueSections write_index_value_header(payload::CodecId codec, std::uint64_
   header.section_count = 2;
   header.section_bytes[0] = k * sizeof(std::int32_t);
   header.section_bytes[1] = k * value_bytes(type);
+  return header;
+}
+
+payload::Header randomk_header(std::uint64_t numel, DType dtype, std::size_t k) {
+  payload::Header header;
+  header.codec = payload::CodecId::kRandomK;
+  header.numel = numel;
+  header.dtype = dtype;
+  header.param1 = static_cast<std::uint32_t>(k);
+  header.section_count = 2;
+  header.section_bytes[0] = kRandomKStreamBytes;
+  header.section_bytes[1] = k * sizeof(float);
+  return header;
+}
+
+IndexValueSections write_index_value_header(payload::CodecId codec, std::uint64_t numel, DType dtype, std::size_t k,
+                                            ValueType type, std::span<std::byte> out) {
+  const payload::Header header = index_value_header(codec, numel, dtype, k, type);
   const std::size_t total = payload::write_header(header, out);
   return {reinterpret_cast<std::int32_t*>(out.data() + payload::section_offset(header, 0)),
           out.data() + payload::section_offset(header, 1), total};

@@ -30,6 +30,16 @@ struct IndexValueSections {
   std::byte* values;
   std::size_t total_bytes;
 };
+// The header of an index + value payload (topk, dgc): section 0 = k int32 indices, section 1 = k values of `type`.
+payload::Header index_value_header(payload::CodecId codec, std::uint64_t numel, DType dtype, std::size_t k,
+                                   ValueType type);
+
+// The bytes of random-k's section 0: the Philox stream words (seed, tensor key, step, k) its indices come from.
+inline constexpr std::size_t kRandomKStreamBytes = 4 * sizeof(std::uint64_t);
+
+// The header of a random-k payload: section 0 = the stream words, section 1 = k f32 values.
+payload::Header randomk_header(std::uint64_t numel, DType dtype, std::size_t k);
+
 IndexValueSections write_index_value_header(payload::CodecId codec, std::uint64_t numel, DType dtype, std::size_t k,
                                             ValueType type, std::span<std::byte> out);
 
