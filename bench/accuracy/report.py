@@ -97,8 +97,9 @@ def write_json(rows: list[dict], meta: dict, path: str) -> None:
 
 
 def write_png(rows: list[dict], path: str, title: str) -> None:
-    """Left: test accuracy vs compression ratio (log x), one labelled point per compressor, the dense accuracy as a
-    dashed line. Right: the training-loss curves (mean over ranks) against the step."""
+    """Left: test accuracy vs compression ratio (log x), one labelled point per compressor (with a vertical bar for a
+    row that has 'acc_range', the seeds' spread), the dense accuracy as a dashed line. Right: the training-loss
+    curves (mean over ranks) against the step."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -110,6 +111,9 @@ def write_png(rows: list[dict], path: str, title: str) -> None:
     for i, r in enumerate(ok):
         color = cmap(i % 10)
         ax.scatter([r["compression_ratio"]], [100 * r["test_acc"]], color=color, s=40, zorder=3)
+        if "acc_range" in r:  # combined seeds: the lowest to the highest seed's accuracy
+            lo, hi = r["acc_range"]
+            ax.vlines(r["compression_ratio"], 100 * lo, 100 * hi, color=color, linewidth=1.5, zorder=2)
         ax.annotate(r["spec"], (r["compression_ratio"], 100 * r["test_acc"]), textcoords="offset points",
                     xytext=(5, 4 if i % 2 == 0 else -11), fontsize=8, color=color)
         steps, losses = zip(*r["loss_curve"]) if r["loss_curve"] else ((), ())

@@ -35,6 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import report  # noqa: E402
+import seeds  # noqa: E402
 
 DEFAULT_COMPRESSORS = ("none,fp16,qsgd:bits=4,terngrad,onebit,topk:ratio=0.01,randomk:ratio=0.01,"
                        "blocktopk:ratio=0.01,dgc:ratio=0.001")
@@ -236,76 +237,33 @@ def launch(args, comm: str, specs: list[str], index_base: int, run_dir: str, env
     return next((rc for rc in rcs if rc != 0), 0)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--compressors", default=DEFAULT_COMPRESSORS,
-                   help="gradcomp specs separated by commas (default: the nine of the sweep: %(default)s)")
-    p.add_argument("--ranks", type=int, default=4, help="data-parallel ranks on this machine (default 4)")
-    p.add_argument("--epochs", type=int, help="epochs per run (demo 1, --full 5)")
-    p.add_argument("--full", action="store_true", help="the converged sweep: CNN, all 60,000 images, 5 epochs")
-    p.add_argument("--link", metavar="RATE", help="run under bench/net/shaped.sh at RATE (e.g. 1gbit) and report "
-                   "the training time to reach the dense run's final accuracy")
-    p.add_argument("--out", default="results", help="output folder (default results/)")
-    p.add_argument("--comm", default="auto", choices=("auto", "gradcomp", "ddp-hook", "torch"),
-                   help="gradient path (default auto: gradcomp over MPI under mpirun, else the DDP hook on gloo)")
-    p.add_argument("--model", choices=("mlp", "cnn"), help="demo mlp, --full cnn")
-    p.add_argument("--train-subset", type=int, help="training images used (0 = all 60,000; demo 16,000)")
-    p.add_argument("--batch", type=int, help="per-rank batch size (demo 8, --full 32)")
-    p.add_argument("--lr", type=float, help="SGD learning rate, cosine-decayed to 0 (demo 0.1, --full 0.4)")
-    p.add_argument("--momentum", type=float, help="SGD momentum (demo 0, --full 0); DGC's momentum correction "
-                   "uses it too")
-    p.add_argument("--no-cosine", dest="cosine", action="store_false", help="constant learning rate")
-    p.add_argument("--evals-per-epoch", type=int, help="test-set evaluations per epoch (default 1; 4 with --link)")
-    p.add_argument("--log-every", type=int, default=0, help="steps between progress lines (default: ~20 per run)")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--threads", type=int, default=0, help="torch threads per rank (default: cores / ranks, >= 1)")
-    p.add_argument("--build-dir", default=os.path.join(ROOT, "build"), help="where build/python holds gradcomp")
-    p.add_argument("--python", default=sys.executable, help="the ranks' Python (default: this one)")
-    p.add_argument("--timeout", type=float, default=7200,
-                   help="seconds for the whole sweep; runs not finished by then are reported as not run")
-    p.add_argument("--quiet", action="store_true", help="no progress lines, only each run's result and the table")
-    args = p.parse_args()
+def parse_seeds(text: str) -> list[int]:
+    """'1,2,3' or '1-3' -> [1, 2, 3]."""
+    seeds: list[int] = []
+    for piece in text.split(","):
+        piece = piece.strip()
+        if "-" in piece[1:]:
+            lo, hi = piece.split("-", 1)
+            seeds.extend(range(int(lo), int(hi) + 1))
+        elif piece:
+            seeds.append(int(piece))
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"--seeds '{text}': give distinct integers, e.g. 1,2,3 or 1-3")
+    return seeds
 
-    preset = PRESETS["full" if args.full else "demo"]
-    for key, value in preset.items():
-        if getattr(args, key, None) is None:
-            setattr(args, key, value)
-    if args.link and args.evals_per_epoch == preset["evals_per_epoch"] and "--evals-per-epoch" not in sys.argv:
-        args.evals_per_epoch = 4
-    if args.threads <= 0:
-        args.threads = max(1, (os.cpu_count() or 1) // args.ranks)
-    specs = split_specs(args.compressors)
-    if not specs:
-        p.error("--compressors is empty")
-    if args.ranks < 1:
-        p.error("--ranks must be >= 1")
 
-    env = python_env(args.build_dir)
-    comm, why = choose_comm(args.comm, args.python, env, specs)
-    steps = (args.train_subset or 60000) // (args.batch * args.ranks) * args.epochs
-    if args.log_every <= 0:
-        args.log_every = max(1, steps // 20)
-    os.makedirs(args.out, exist_ok=True)
-    run_dir = os.path.join(args.out, "runs")
+def run_sweep(args, comm: str, specs: list[str], env: dict, out: str, deadline: float) -> int:
+    """Trains every spec once with args.seed and writes <out>/accuracy.{csv,json,png} and <out>/runs/. Returns the
+    exit status: 0 when every row succeeded, 1 when one failed, 130 when interrupted."""
+    os.makedirs(out, exist_ok=True)
+    run_dir = os.path.join(out, "runs")
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
-
-    mode = "full" if args.full else "demo"
-    print(f"accuracy sweep ({mode}): {len(specs)} compressors, {args.ranks} ranks, model {args.model}, "
-          f"{args.epochs} epoch(s) over {args.train_subset or 60000} Fashion-MNIST images, batch {args.batch}/rank"
-          f"{', link ' + args.link if args.link else ''}")
-    print(f"gradient path: --comm {comm} ({why})", flush=True)
-
     progress = Progress(len(specs), args.quiet)
     failures: dict[str, str] = {}
     started = time.monotonic()
     pending = list(range(len(specs)))
-    args.deadline = started + args.timeout
-    def interrupted(signum, _frame):
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    signal.signal(signal.SIGTERM, interrupted)
-    signal.signal(signal.SIGINT, interrupted)   # also when started in the background (SIGINT ignored there)
+    args.deadline = deadline
     stopped = False
     while pending:
         try:
@@ -350,18 +308,139 @@ def main() -> int:
     print(report.table(rows, with_link=bool(args.link)))
     meta = {k: getattr(args, k) for k in ("ranks", "epochs", "model", "train_subset", "batch", "lr", "momentum",
                                           "cosine", "seed", "link", "full")}
-    meta.update(comm=comm, comm_why=why, sweep_wall_s=wall, compressors=specs)
-    csv_path = os.path.join(args.out, "accuracy.csv")
-    png_path = os.path.join(args.out, "accuracy.png")
+    meta.update(comm=comm, comm_why=args.comm_why, sweep_wall_s=wall, compressors=specs)
+    csv_path = os.path.join(out, "accuracy.csv")
+    png_path = os.path.join(out, "accuracy.png")
     report.write_csv(rows, csv_path)
-    report.write_json(rows, meta, os.path.join(args.out, "accuracy.json"))
-    title = (f"Fashion-MNIST, {args.model}, {args.ranks} ranks, {args.epochs} epoch(s) over "
-             f"{args.train_subset or 60000} images, gradients via {comm}" + (f", link {args.link}" if args.link else ""))
-    report.write_png(rows, png_path, title)
+    report.write_json(rows, meta, os.path.join(out, "accuracy.json"))
+    report.write_png(rows, png_path, sweep_title(args, comm) + f", seed {args.seed}")
     print(f"\nwrote {csv_path}, {png_path} ({wall:.0f} s of training runs)")
     if stopped:
         return 130
     return 1 if any(r["status"] != "ok" for r in rows) else 0
+
+
+def sweep_title(args, comm: str) -> str:
+    return (f"Fashion-MNIST, {args.model}, {args.ranks} ranks, {args.epochs} epoch(s) over "
+            f"{args.train_subset or 60000} images, gradients via {comm}" + (f", link {args.link}" if args.link else ""))
+
+
+def write_combined(paths: list[str], out: str) -> int:
+    """Combines per-seed sweeps (their folders or accuracy.json files) into <out>/accuracy.{csv,json,png} with
+    seeds.combine and prints the table. Returns 1 when a compressor has no successful run, else 0."""
+    sweeps = [seeds.load(p) for p in paths]
+    rows = seeds.combine(sweeps)
+    os.makedirs(out, exist_ok=True)
+    meta = sweeps[0]["meta"]
+    used = sorted({s["meta"]["seed"] for s in sweeps})
+    print(f"\ncombined {len(sweeps)} sweep(s), seeds {','.join(map(str, used))}: Δ is each seed's accuracy minus that "
+          "seed's dense run, averaged (± its standard error)")
+    print(seeds.table(rows))
+    csv_path = os.path.join(out, "accuracy.csv")
+    png_path = os.path.join(out, "accuracy.png")
+    seeds.write_csv(rows, csv_path)
+    seeds.write_json(rows, sweeps, os.path.join(out, "accuracy.json"))
+    title = (f"Fashion-MNIST, {meta['model']}, {meta['ranks']} ranks, {meta['epochs']} epoch(s), gradients via "
+             f"{meta['comm']}; mean of seeds {','.join(map(str, used))} (bars: lowest to highest seed)")
+    seeds.write_png(rows, png_path, title)
+    print(f"\nwrote {csv_path}, {png_path}")
+    return 1 if any(r["status"] != "ok" for r in rows) else 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--compressors", default=DEFAULT_COMPRESSORS,
+                   help="gradcomp specs separated by commas (default: the nine of the sweep: %(default)s)")
+    p.add_argument("--ranks", type=int, default=4, help="data-parallel ranks on this machine (default 4)")
+    p.add_argument("--epochs", type=int, help="epochs per run (demo 1, --full 5)")
+    p.add_argument("--full", action="store_true", help="the converged sweep: CNN, all 60,000 images, 5 epochs")
+    p.add_argument("--link", metavar="RATE", help="run under bench/net/shaped.sh at RATE (e.g. 1gbit) and report "
+                   "the training time to reach the dense run's final accuracy")
+    p.add_argument("--out", default="results", help="output folder (default results/)")
+    p.add_argument("--comm", default="auto", choices=("auto", "gradcomp", "ddp-hook", "torch"),
+                   help="gradient path (default auto: gradcomp over MPI under mpirun, else the DDP hook on gloo)")
+    p.add_argument("--model", choices=("mlp", "cnn"), help="demo mlp, --full cnn")
+    p.add_argument("--train-subset", type=int, help="training images used (0 = all 60,000; demo 16,000)")
+    p.add_argument("--batch", type=int, help="per-rank batch size (demo 8, --full 32)")
+    p.add_argument("--lr", type=float, help="SGD learning rate, cosine-decayed to 0 (demo 0.1, --full 0.4)")
+    p.add_argument("--momentum", type=float, help="SGD momentum (demo 0, --full 0); DGC's momentum correction "
+                   "uses it too")
+    p.add_argument("--no-cosine", dest="cosine", action="store_false", help="constant learning rate")
+    p.add_argument("--evals-per-epoch", type=int, help="test-set evaluations per epoch (default 1; 4 with --link)")
+    p.add_argument("--log-every", type=int, default=0, help="steps between progress lines (default: ~20 per run)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the weights, data order and dropout (default 1)")
+    p.add_argument("--seeds", metavar="LIST", help="run the sweep once per seed (e.g. 1,2,3 or 1-3) into "
+                   "<out>/seed-N/, then write <out>/accuracy.* with each compressor's mean accuracy and mean Δ vs "
+                   "the same seed's dense run (± standard error)")
+    p.add_argument("--combine", nargs="+", metavar="SWEEP", help="train nothing: combine finished sweeps that differ "
+                   "only in --seed (their output folders or accuracy.json files) into <out>/, as --seeds does")
+    p.add_argument("--threads", type=int, default=0, help="torch threads per rank (default: cores / ranks, >= 1)")
+    p.add_argument("--build-dir", default=os.path.join(ROOT, "build"), help="where build/python holds gradcomp")
+    p.add_argument("--python", default=sys.executable, help="the ranks' Python (default: this one)")
+    p.add_argument("--timeout", type=float,
+                   help="seconds for the whole sweep, all seeds together (default 7200 per seed); runs not finished "
+                   "by then are reported as not run")
+    p.add_argument("--quiet", action="store_true", help="no progress lines, only each run's result and the table")
+    args = p.parse_args()
+
+    if args.combine:
+        try:
+            return write_combined(args.combine, args.out)
+        except (OSError, ValueError, KeyError) as e:
+            sys.exit(f"run.py --combine: {e}")
+    try:
+        seed_list = parse_seeds(args.seeds) if args.seeds else [args.seed]
+    except ValueError as e:
+        p.error(str(e))
+    preset = PRESETS["full" if args.full else "demo"]
+    for key, value in preset.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    if args.link and args.evals_per_epoch == preset["evals_per_epoch"] and "--evals-per-epoch" not in sys.argv:
+        args.evals_per_epoch = 4
+    if args.threads <= 0:
+        args.threads = max(1, (os.cpu_count() or 1) // args.ranks)
+    specs = split_specs(args.compressors)
+    if not specs:
+        p.error("--compressors is empty")
+    if args.ranks < 1:
+        p.error("--ranks must be >= 1")
+
+    env = python_env(args.build_dir)
+    comm, args.comm_why = choose_comm(args.comm, args.python, env, specs)
+    steps = (args.train_subset or 60000) // (args.batch * args.ranks) * args.epochs
+    if args.log_every <= 0:
+        args.log_every = max(1, steps // 20)
+
+    mode = "full" if args.full else "demo"
+    print(f"accuracy sweep ({mode}): {len(specs)} compressors, {args.ranks} ranks, model {args.model}, "
+          f"{args.epochs} epoch(s) over {args.train_subset or 60000} Fashion-MNIST images, batch {args.batch}/rank"
+          f"{', link ' + args.link if args.link else ''}"
+          + (f", seeds {','.join(map(str, seed_list))}" if args.seeds else ""))
+    print(f"gradient path: --comm {comm} ({args.comm_why})", flush=True)
+
+    def interrupted(signum, _frame):
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)   # also when started in the background (SIGINT ignored there)
+    if args.timeout is None:
+        args.timeout = 7200.0 * len(seed_list)
+    deadline = time.monotonic() + args.timeout
+    if not args.seeds:
+        return run_sweep(args, comm, specs, env, args.out, deadline)
+    worst = 0
+    folders = []
+    for n, seed in enumerate(seed_list):
+        args.seed = seed
+        folder = os.path.join(args.out, f"seed-{seed}")
+        print(f"\n=== seed {seed} ({n + 1}/{len(seed_list)}) -> {folder}", flush=True)
+        rc = run_sweep(args, comm, specs, env, folder, deadline)
+        worst = max(worst, rc)
+        folders.append(folder)
+        if rc == 130:
+            break
+    return max(worst, write_combined(folders, args.out))
 
 
 if __name__ == "__main__":
