@@ -70,6 +70,12 @@ def table(rows: list[dict], with_link: bool) -> str:
             t = r.get("time_to_dense_acc_s")
             line.append("not reached" if t is None else f"{t:.1f} s")
         lines.append(line)
+    return aligned(head, lines)
+
+
+def aligned(head: list[str], lines: list[list]) -> str:
+    """A text table: the first column left-aligned, the others right-aligned, a dashed rule under the header. A line
+    of three items instead of len(head) is a failed row, printed as 'name  FAILED: error'."""
     widths = [max(len(str(x[i])) for x in [head] + [l for l in lines if len(l) == len(head)])
               for i in range(len(head))]
     out = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths)))]

@@ -17,6 +17,8 @@ examples:
   bench/accuracy/run.py --full --out results-full/
   bench/accuracy/run.py --compressors none,qsgd:bits=4,topk:ratio=0.01 --ranks 2 --epochs 2
   bench/accuracy/run.py --link 1gbit                      # under bench/net/shaped.sh, adds time-to-accuracy
+  bench/accuracy/run.py --full --seeds 1-3 --out results-full/   # per seed into seed-N/, then mean and paired Δ
+  bench/accuracy/run.py --combine a/seed-1 b/seed-2 --out both/   # combine sweeps already run (seed aside, alike)
 """
 from __future__ import annotations
 

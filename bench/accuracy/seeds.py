@@ -121,17 +121,7 @@ def table(rows: list[dict]) -> str:
         per_seed = " / ".join(f"{d:+.2f}" for d in r["deltas_pp"]) or "-"
         lines.append([r["spec"], f"{r['compression_ratio']:.1f}x", report.human_bytes(r["payload_bytes_per_step"]),
                       ",".join(str(s) for s in r["seeds"]), acc, delta, per_seed, f"{r['time_per_epoch_s']:.1f}"])
-    widths = [max(len(str(x[i])) for x in [head] + [l for l in lines if len(l) == len(head)])
-              for i in range(len(head))]
-    out = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths))),
-           "  ".join("-" * w for w in widths)]
-    for l in lines:
-        if len(l) != len(head):
-            out.append(f"{l[0].ljust(widths[0])}  {l[1]}: {l[2]}")
-        else:
-            out.append("  ".join(str(x).ljust(w) if i == 0 else str(x).rjust(w)
-                                 for i, (x, w) in enumerate(zip(l, widths))))
-    return "\n".join(out)
+    return report.aligned(head, lines)
 
 
 def write_csv(rows: list[dict], path: str) -> None:
