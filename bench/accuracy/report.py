@@ -102,6 +102,10 @@ def write_json(rows: list[dict], meta: dict, path: str) -> None:
         json.dump({"meta": meta, "runs": rows}, f, indent=1)
 
 
+# Accuracy points further than this under dense are drawn on the plot's bottom edge (see write_png).
+OFF_SCALE_PP = 10.0
+
+
 def write_png(rows: list[dict], path: str, title: str) -> None:
     """Left: test accuracy vs compression ratio (log x), one labelled point per compressor (with a vertical bar for a
     row that has 'acc_range', the seeds' spread), the dense accuracy as a dashed line. Right: the training-loss
@@ -114,19 +118,36 @@ def write_png(rows: list[dict], path: str, title: str) -> None:
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 5.2))
     cmap = plt.get_cmap("tab10")
     dense = dense_of(rows)
+    # A diverged run (10%) would squeeze every other point into one line: rows more than OFF_SCALE_PP under dense
+    # are drawn as a triangle on the bottom edge, labelled with their accuracy.
+    near = [r for r in ok if dense is None or 100 * r["test_acc"] >= 100 * dense["test_acc"] - OFF_SCALE_PP]
+    floor = None
+    if dense is not None and len(near) < len(ok):
+        floor = min(100 * min(r["test_acc"], r.get("acc_range", (r["test_acc"],))[0]) for r in near)
+        floor = max(floor, 100 * dense["test_acc"] - OFF_SCALE_PP) - 0.5
+    by_ratio = sorted(range(len(ok)), key=lambda j: ok[j]["compression_ratio"])
+    label_below = {j: k % 2 == 1 for k, j in enumerate(by_ratio)}  # neighbours on the x axis label on opposite sides
     for i, r in enumerate(ok):
         color = cmap(i % 10)
-        ax.scatter([r["compression_ratio"]], [100 * r["test_acc"]], color=color, s=40, zorder=3)
-        if "acc_range" in r:  # combined seeds: the lowest to the highest seed's accuracy
+        acc = 100 * r["test_acc"]
+        off = floor is not None and acc < floor
+        y = floor if off else acc
+        ax.scatter([r["compression_ratio"]], [y], color=color, s=40, zorder=3, marker="v" if off else "o",
+                   clip_on=False)
+        if "acc_range" in r and not off:  # combined seeds: the lowest to the highest seed's accuracy
             lo, hi = r["acc_range"]
-            ax.vlines(r["compression_ratio"], 100 * lo, 100 * hi, color=color, linewidth=1.5, zorder=2)
-        ax.annotate(r["spec"], (r["compression_ratio"], 100 * r["test_acc"]), textcoords="offset points",
-                    xytext=(5, 4 if i % 2 == 0 else -11), fontsize=8, color=color)
+            lo_y = 100 * lo if floor is None else max(100 * lo, floor)
+            ax.vlines(r["compression_ratio"], lo_y, 100 * hi, color=color, linewidth=1.5, zorder=2)
+        text = f"{r['spec']}: {acc:.1f}% (off scale)" if off else r["spec"]
+        ax.annotate(text, (r["compression_ratio"], y), textcoords="offset points",
+                    xytext=(5, 4 if off or not label_below[i] else -11), fontsize=8, color=color)
         steps, losses = zip(*r["loss_curve"]) if r["loss_curve"] else ((), ())
         bx.plot(steps, losses, color=color, label=r["spec"], linewidth=1.2)
     if dense is not None:
         ax.axhline(100 * dense["test_acc"], color="gray", linestyle="--", linewidth=1, label="dense (none)")
         ax.legend(loc="lower left", fontsize=8)
+    if floor is not None:
+        ax.set_ylim(bottom=floor)
     ax.set_xscale("log")
     from matplotlib.ticker import FuncFormatter
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x"))
