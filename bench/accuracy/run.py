@@ -5,7 +5,7 @@ compressor's alone), then prints a table and writes <out>/accuracy.csv, accuracy
 
 The default is the quick demo (a 784-128-10 MLP, 1 epoch over 16,000 training images, 4 ranks x 8 images per step,
 500 steps of plain SGD; a few minutes on a 2-core machine). --full is the converged sweep (a two-layer CNN, 5 epochs
-over all 60,000 images, plain SGD lr 0.4: about 45 minutes for the nine compressors on 2 cores).
+over all 60,000 images, plain SGD lr 0.4: about 30 minutes for the nine compressors on an idle 2-core machine).
 
 Gradients travel through gradcomp (--comm gradcomp: gradcomp.torch.DistributedOptimizer under mpirun, on gradcomp's
 C++ compressed_allreduce over MPI; --comm ddp-hook: torch DDP + gradcomp.torch.ddp_comm_hook over gloo, one process
