@@ -58,7 +58,8 @@ def _sd(xs: list[float]) -> float | None:
 
 
 def combine(sweeps: list[dict]) -> list[dict]:
-    """One row per spec (in first-seen order). A spec run twice for the same seed keeps the later sweep's run.
+    """One row per spec: the dense run ('none') first, the others in first-seen order, so partial sweeps of one seed
+    (say, `none,randomk` and then the other seven) combine into the usual table. A spec run twice for the same seed keeps the later sweep's run.
     Failed runs are not averaged; a spec with no successful run is a failed row carrying the errors."""
     check_settings(sweeps)
     by_spec: dict[str, dict[int, dict]] = {}
@@ -73,7 +74,9 @@ def combine(sweeps: list[dict]) -> list[dict]:
                 errors.setdefault(run["spec"], []).append(f"seed {seed}: {run.get('error', 'failed')}")
     dense = next((runs for spec, runs in by_spec.items() if report.codec(spec) == "none" and runs), {})
     rows = []
-    for spec, runs in by_spec.items():
+    order = sorted(by_spec, key=lambda spec: report.codec(spec) != "none")  # stable: first-seen order otherwise
+    for spec in order:
+        runs = by_spec[spec]
         if not runs:
             rows.append({"spec": spec, "status": "failed", "error": "; ".join(errors.get(spec, ["no result"]))})
             continue

@@ -69,6 +69,18 @@ class CombineTest(unittest.TestCase):
         self.assertIn("seed 2:", rk["error"])
         self.assertIn("FAILED", seeds.table(rows))
 
+    def test_partial_sweeps_of_one_seed_merge_with_dense_first(self):
+        # Seed 1 run as `randomk,none` and then the rest, seed 2 likewise: one table, dense first, every row paired.
+        rows = seeds.combine([sweep(1, [run("randomk:ratio=0.01", 0.89), run("none", 0.91)]),
+                              sweep(1, [run("fp16", 0.905, 2.0), run("topk:ratio=0.01", 0.92)]),
+                              sweep(2, [run("randomk:ratio=0.01", 0.90), run("none", 0.92)]),
+                              sweep(2, [run("fp16", 0.921, 2.0), run("topk:ratio=0.01", 0.915)])])
+        self.assertEqual([r["spec"] for r in rows], ["none", "randomk:ratio=0.01", "fp16", "topk:ratio=0.01"])
+        for r in rows:
+            self.assertEqual(r["paired_seeds"], [1, 2], r["spec"])
+        fp16 = rows[2]
+        self.assertEqual([round(d, 9) for d in fp16["deltas_pp"]], [-0.5, 0.1])
+
     def test_differing_settings_are_refused(self):
         with self.assertRaises(ValueError) as ctx:
             seeds.combine([sweep(1, [run("none", 0.9)], path="a.json"),
