@@ -7,7 +7,7 @@
 #
 # usage: scripts/demo.sh [bench/accuracy/run.py options]     e.g. --full, --ranks 2, --compressors none,fp16
 # The default sweep took 138 s on the shared 2-core VM with the build done, 282 s building from scratch in a fresh
-# worktree (docs/accuracy.md); --full (a CNN, 5 epochs) takes about 30 minutes on an idle 2-core machine.
+# worktree (docs/accuracy.md); --full (a CNN, 20 epochs) takes about 100 minutes on an idle 2-core machine.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
