@@ -64,7 +64,8 @@ def table(rows: list[dict], with_link: bool) -> str:
         wire = r.get("wire_bytes_per_step")
         line = [r["spec"], _fmt(r["compression_ratio"], ".1f") + "x", human_bytes(r["payload_bytes_per_step"]),
                 "n/a" if wire is None else human_bytes(wire),
-                _fmt(100 * r["test_acc"], ".2f") + "%", ("n/a" if r.get("delta_pp") is None else f"{r['delta_pp']:+.2f} pp"),
+                _fmt(100 * r["test_acc"], ".2f") + "%",
+                "n/a" if r.get("delta_pp") is None else f"{r['delta_pp']:+.2f} pp",
                 _fmt(r["time_per_epoch_s"], ".1f")]
         if with_link:
             t = r.get("time_to_dense_acc_s")

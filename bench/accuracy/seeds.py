@@ -59,7 +59,8 @@ def _sd(xs: list[float]) -> float | None:
 
 def combine(sweeps: list[dict]) -> list[dict]:
     """One row per spec: the dense run ('none') first, the others in first-seen order, so partial sweeps of one seed
-    (say, `none,randomk` and then the other seven) combine into the usual table. A spec run twice for the same seed keeps the later sweep's run.
+    (say, `none,randomk` and then the other seven) combine into the usual table. A spec run twice for the same seed
+    keeps the later sweep's run.
     Failed runs are not averaged; a spec with no successful run is a failed row carrying the errors."""
     check_settings(sweeps)
     by_spec: dict[str, dict[int, dict]] = {}
