@@ -312,8 +312,8 @@ def run_sweep(args, comm: str, specs: list[str], env: dict, out: str, deadline: 
     print()
     print(report.table(rows, with_link=bool(args.link)))
     if not any(report.codec(r["spec"]) == "none" and r["status"] == "ok" for r in rows):
-        print("(Δ vs none is n/a: this sweep has no successful 'none' run; add none to --compressors, or pair it later "
-              "with `run.py --combine THIS_FOLDER A_SWEEP_WITH_NONE --out ...` (same seed and settings))")
+        print("(Δ vs none is n/a: this sweep has no successful 'none' run; add none to --compressors, or pair it "
+              "later with `run.py --combine THIS_FOLDER A_SWEEP_WITH_NONE --out ...` (same seed and settings))")
     meta = {k: getattr(args, k) for k in ("ranks", "epochs", "model", "train_subset", "batch", "lr", "momentum",
                                           "cosine", "seed", "link", "full")}
     meta.update(comm=comm, comm_why=args.comm_why, sweep_wall_s=wall, compressors=specs)
