@@ -50,6 +50,10 @@ struct AllreduceOptions {
   // allreduce ((n-1)/n * sum of payloads vs 2(n-1)/n * 4 * numel); with 8-byte (index, value) pairs it is a summed
   // density of 1.
   double sparse_switch_density = 1.0;
+  // The user's tensors that make up `tensor` (a fusion buffer or a DDP bucket), in order and covering it exactly
+  // (see TensorSegment): each keeps its own error-feedback state under its own name, whatever the grouping, chunking
+  // (scatter-reduce-allgather) or algorithm. Empty: the whole tensor is `name`. Not copied: must outlive the call.
+  std::span<const TensorSegment> segments;
 };
 
 // What one compressed allreduce did.
@@ -69,8 +73,8 @@ struct AllreduceStats {
 // In place: `tensor` on every rank becomes the average (or sum) over ranks of what each rank's compressor
 // transmitted for `name`. Every rank must call it with the same name, numel, dtype and compressor spec; a mismatch
 // throws InvalidArgument on every rank naming both sides. All ranks end with bit-identical tensors. CUDA tensors are
-// staged through host memory (the CPU codec path). Scatter-reduce-allgather keeps compressor state under
-// "<name>#chunk<i>" and "<name>#sra<i>".
+// staged through host memory (the CPU codec path). Error-feedback state is keyed by the segment names (or `name`),
+// also under scatter-reduce-allgather; the chunk owner's re-quantization keeps its own residual under "<name>#sra".
 AllreduceStats compressed_allreduce(Communicator& comm, Compressor& compressor, const TensorView& tensor,
                                     std::string_view name, const AllreduceOptions& options = {});
 

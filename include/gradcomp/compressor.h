@@ -32,10 +32,26 @@ struct CompressorTraits {
 // "summable,lossy" style list, for humans.
 std::string describe_traits(const CompressorTraits& traits);
 
+// One of the user's tensors inside a compressed tensor (a fusion buffer, or a chunk of one). Its error-feedback
+// state (residual, momenta) is keyed by `name` and sized `total`, whatever buffer or chunk carries it.
+struct TensorSegment {
+  std::string_view name;       // the user's tensor name; must not be empty
+  std::size_t offset = 0;      // first element of this segment inside the compressed tensor
+  std::size_t numel = 0;       // elements of the named tensor carried here
+  std::size_t start = 0;       // where they begin inside the named tensor (a chunk may carry a part of it)
+  std::size_t total = 0;       // the named tensor's full element count; 0 means numel (carried whole)
+};
+
 // Per-call information. Must be identical on every rank for the same tensor and step (random streams depend on it).
 struct CompressContext {
-  // Stable tensor name: keys the error-feedback state and the random streams. Must not be empty.
+  // Stable tensor name: keys the random streams, and the error-feedback state when `segments` is empty. Must not be
+  // empty.
   std::string_view name;
+  // The named tensors the compressed tensor is made of, in order, covering it exactly (offsets ascending, no gaps).
+  // Empty: the whole tensor is `name`. With segments, error-feedback state is kept per segment name, the non-finite
+  // policy applies per segment (raise names the segment's tensor; skip sends zeros for that segment only and leaves
+  // its state untouched), and `name` keys only the random streams and per-call diagnostics.
+  std::span<const TensorSegment> segments;
   // Training step, incremented by the caller once per optimizer step (random-k and DGC warm-up depend on it).
   std::uint64_t step = 0;
   int rank = 0;
