@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "compressors/cuda_path.h"
+#include "compressors/segments.h"
 #include "compressors/state_io.h"
 #include "gradcomp/config.h"
 #include "gradcomp/error.h"
@@ -114,6 +115,12 @@ const TensorState* ErrorFeedbackCompressor::state_of(std::string_view name) cons
   return it == states_.end() ? nullptr : &it->second;
 }
 
+std::map<std::string, std::size_t> ErrorFeedbackCompressor::state_sizes() const {
+  std::map<std::string, std::size_t> sizes;
+  for (const auto& [name, state] : states_) sizes.emplace(name, state.numel);
+  return sizes;
+}
+
 TensorState& ErrorFeedbackCompressor::state_for(std::string_view name, std::size_t numel, int rank) {
   auto it = states_.find(name);
   if (it != states_.end()) {
@@ -134,13 +141,25 @@ TensorState& ErrorFeedbackCompressor::state_for(std::string_view name, std::size
 std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<std::byte> out,
                                               const CompressContext& ctx) {
   GRADCOMP_CHECK(!ctx.name.empty(), "compressor '{}': CompressContext.name must name the tensor", name_);
-  if (grad.device().is_cuda()) return compress_cuda(grad, out, ctx);
-  sync_to_host(ctx.name, /*drop_device=*/true);
+  if (grad.device().is_cuda()) {
+    const auto segments = resolve_segments(ctx, grad.numel(), name_);
+    GRADCOMP_CHECK(ctx.segments.empty() || carried_whole(segments),
+                   "compressor '{}': CUDA tensor '{}' on rank {} is made of {} segments; the CUDA path keys error "
+                   "feedback by the call's name only (compress each tensor on its own)",
+                   name_, ctx.name, ctx.rank, segments.size());
+    if (ctx.segments.empty()) return compress_cuda(grad, out, ctx);
+    CompressContext single = ctx;
+    single.name = segments[0].name;
+    single.segments = {};
+    return compress_cuda(grad, out, single);
+  }
   check_float_dtype(grad, name_, fmt::format("gradient '{}'", ctx.name));
   const std::size_t n = grad.numel();
   const std::size_t needed = max_payload_bytes(n);
   GRADCOMP_CHECK(out.size() >= needed, "compressor '{}': output buffer for '{}' has {} bytes, {} needed", name_,
                  ctx.name, out.size(), needed);
+  const std::vector<TensorSegment> segments = resolve_segments(ctx, n, name_);
+  for (const TensorSegment& segment : segments) sync_to_host(segment.name, /*drop_device=*/true);
 
   const float* values = nullptr;
   if (grad.dtype() == DType::kF32) {
@@ -152,13 +171,20 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
 
   stats_ = CompressStats{};
   stats_.numel = n;
-  TensorState& state = state_for(ctx.name, n, ctx.rank);
+  // Every size is checked before any state is created, so a refused call changes nothing.
+  for (const TensorSegment& segment : segments) check_state_size(segment.name, segment.total, ctx.rank);
+  std::vector<TensorState*> states;
+  for (const TensorSegment& segment : segments) states.push_back(&state_for(segment.name, segment.total, ctx.rank));
+  // One named tensor carried whole works on its own state; anything else on a gathered copy.
+  const bool whole = carried_whole(segments);
+  TensorState& work = whole ? *states[0] : gather_state(segments, states, ctx.name);
+
   EncodeArgs args;
   args.grad = values;
-  args.residual = ef_ ? state.buffers[0].data() : nullptr;
+  args.residual = ef_ ? work.buffers[0].data() : nullptr;
   args.numel = n;
   args.ctx = &ctx;
-  args.state = &state;
+  args.state = &work;
   args.tensor_key = kernels::fnv1a64(ctx.name.data(), ctx.name.size());
   args.original_dtype = grad.dtype();
   args.threads = threads_;
@@ -171,66 +197,132 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
     GRADCOMP_ASSERT(extra_state_buffers() == 0, "compressor '{}' fuses the non-finite scan but keeps extra buffers",
                     name_);
     if (ef_) {
-      if (state.residual_next.size() != n) state.residual_next.assign(n, 0.0f);
-      args.residual_out = state.residual_next.data();
+      if (work.residual_next.size() != n) work.residual_next.assign(n, 0.0f);
+      args.residual_out = work.residual_next.data();
     }
     args.first_nonfinite = &first_bad;
-    const std::vector<double> scalars_before = state.scalars;
+    const std::vector<double> scalars_before = work.scalars;
     size = encode(args, out, stats_);
     if (stats_.nonfinite > 0 && nonfinite_ != NonFinitePolicy::kPass) {
-      state.scalars = scalars_before;
-      if (nonfinite_ == NonFinitePolicy::kRaise) throw_nonfinite(ctx, values, first_bad);
-      return encode_skipped(args, state, out);
+      work.scalars = scalars_before;
+      if (nonfinite_ == NonFinitePolicy::kRaise) throw_nonfinite(ctx, segments, values, first_bad);
+      return encode_skipping(args, segments, states, out);
     }
-    if (ef_) std::swap(state.buffers[0], state.residual_next);
+    if (ef_) std::swap(work.buffers[0], work.residual_next);
   } else {
     stats_.nonfinite = count_nonfinite(values, n, threads_, first_bad);
     if (stats_.nonfinite > 0) {
-      if (nonfinite_ == NonFinitePolicy::kRaise) throw_nonfinite(ctx, values, first_bad);
-      if (nonfinite_ == NonFinitePolicy::kSkip) return encode_skipped(args, state, out);
+      if (nonfinite_ == NonFinitePolicy::kRaise) throw_nonfinite(ctx, segments, values, first_bad);
+      if (nonfinite_ == NonFinitePolicy::kSkip) return encode_skipping(args, segments, states, out);
     }
     size = encode(args, out, stats_);
   }
-  ++state.steps;
-  if (stats_.nonfinite > 0) {
-    for (auto& buffer : state.buffers) {
+  if (stats_.nonfinite > 0) {  // nonfinite=pass: no NaN/Inf is kept in any state buffer
+    for (auto& buffer : work.buffers) {
       for (float& value : buffer) {
         if (!std::isfinite(value)) value = 0.0f;
       }
     }
   }
+  if (!whole) {
+    scatter_state(segments, states, std::vector<bool>(segments.size(), true));
+    call_scalars_.insert_or_assign(std::string(ctx.name), work_.scalars);
+  }
+  for (std::size_t s = 0; s < segments.size(); ++s) {
+    if (segments[s].start == 0) ++states[s]->steps;  // once per step, also when a tensor is split into chunks
+  }
   stats_.payload_bytes = size;
   return size;
 }
 
-void ErrorFeedbackCompressor::throw_nonfinite(const CompressContext& ctx, const float* values,
-                                              std::size_t first_bad) const {
-  throw InvalidArgument(fmt::format(
-      "compressor '{}': gradient '{}' on rank {} at step {} has {} non-finite value(s), the first at index {} "
-      "({}); the error-feedback state was left untouched (use nonfinite=skip or nonfinite=pass to continue)",
-      name_, ctx.name, ctx.rank, ctx.step, stats_.nonfinite, first_bad, values[first_bad]));
+void ErrorFeedbackCompressor::check_state_size(std::string_view name, std::size_t numel, int rank) const {
+  const auto it = states_.find(name);
+  GRADCOMP_CHECK(it == states_.end() || it->second.numel == numel,
+                 "compressor '{}': tensor '{}' on rank {} has {} elements but its saved state has {} (did its shape "
+                 "change, or was state of another model loaded?)",
+                 name_, name, rank, numel, it == states_.end() ? 0 : it->second.numel);
 }
 
-std::size_t ErrorFeedbackCompressor::encode_skipped(EncodeArgs args, const TensorState& state,
-                                                    std::span<std::byte> out) {
+TensorState& ErrorFeedbackCompressor::gather_state(std::span<const TensorSegment> segments,
+                                                   const std::vector<TensorState*>& states, std::string_view call) {
+  const std::size_t n = segments.empty() ? 0 : segments.back().offset + segments.back().numel;
+  work_.numel = n;
+  work_.buffers.resize(1 + extra_state_buffers());
+  std::vector<const float*> sources(segments.size());
+  for (std::size_t b = 0; b < work_.buffers.size(); ++b) {
+    if (b == 0 && !ef_) {
+      work_.buffers[0].clear();
+      continue;
+    }
+    work_.buffers[b].resize(n);
+    for (std::size_t s = 0; s < segments.size(); ++s) sources[s] = states[s]->buffers[b].data();
+    gather_segments(segments, sources, work_.buffers[b].data());
+  }
+  const auto scalars = call_scalars_.find(call);
+  work_.scalars = scalars == call_scalars_.end() ? std::vector<double>{} : scalars->second;
+  return work_;
+}
+
+void ErrorFeedbackCompressor::scatter_state(std::span<const TensorSegment> segments,
+                                            const std::vector<TensorState*>& states, const std::vector<bool>& keep) {
+  std::vector<float*> targets(segments.size());
+  for (std::size_t b = 0; b < work_.buffers.size(); ++b) {
+    if (work_.buffers[b].empty()) continue;
+    for (std::size_t s = 0; s < segments.size(); ++s) {
+      targets[s] = keep[s] ? states[s]->buffers[b].data() : nullptr;
+    }
+    scatter_segments(segments, work_.buffers[b].data(), targets);
+  }
+}
+
+void ErrorFeedbackCompressor::throw_nonfinite(const CompressContext& ctx, std::span<const TensorSegment> segments,
+                                              const float* values, std::size_t first_bad) const {
+  const TensorSegment& segment = segments[segment_of(segments, first_bad)];
+  const std::string inside =
+      ctx.segments.empty() ? std::string() : fmt::format(" (carried in '{}')", ctx.name);
+  throw InvalidArgument(fmt::format(
+      "compressor '{}': gradient '{}'{} on rank {} at step {} has {} non-finite value(s), the first at index {} "
+      "({}); the error-feedback state was left untouched (use nonfinite=skip or nonfinite=pass to continue)",
+      name_, segment.name, inside, ctx.rank, ctx.step, stats_.nonfinite,
+      segment.start + (first_bad - segment.offset), values[first_bad]));
+}
+
+std::size_t ErrorFeedbackCompressor::encode_skipping(EncodeArgs args, std::span<const TensorSegment> segments,
+                                                     const std::vector<TensorState*>& states,
+                                                     std::span<std::byte> out) {
+  // nonfinite=skip: every segment holding NaN/Inf is sent as zeros (gradient and state both zero in the encode) and
+  // keeps its state exactly; the other segments of the call take their step as usual. Works on a gathered copy.
   const std::size_t n = args.numel;
-  TensorState scratch_state;
-  scratch_state.numel = n;
-  scratch_state.buffers.resize(1 + extra_state_buffers());
-  for (std::size_t b = 1; b < scratch_state.buffers.size(); ++b) scratch_state.buffers[b].assign(n, 0.0f);
-  scratch_state.scalars = state.scalars;
-  std::vector<float> zeros(n, 0.0f);
-  args.grad = zeros.data();
-  args.residual = nullptr;
+  const std::string_view call = args.ctx->name;
+  std::vector<bool> keep(segments.size(), true);
+  masked_.assign(args.grad, args.grad + n);
+  TensorState& work = gather_state(segments, states, call);
+  if (args.state != &work_) work.scalars = args.state->scalars;
+  for (std::size_t s = 0; s < segments.size(); ++s) {
+    const TensorSegment& segment = segments[s];
+    const float* begin = masked_.data() + segment.offset;
+    keep[s] = std::all_of(begin, begin + segment.numel, [](float v) { return std::isfinite(v); });
+    if (keep[s]) continue;
+    std::fill_n(masked_.data() + segment.offset, segment.numel, 0.0f);
+    for (auto& buffer : work.buffers) {
+      if (!buffer.empty()) std::fill_n(buffer.data() + segment.offset, segment.numel, 0.0f);
+    }
+  }
+  args.grad = masked_.data();
+  args.state = &work;
+  args.residual = ef_ ? work.buffers[0].data() : nullptr;
   args.residual_out = nullptr;
   std::size_t ignored_first = n;
   args.first_nonfinite = &ignored_first;
-  args.state = &scratch_state;
   const std::size_t nonfinite = stats_.nonfinite;
   const std::size_t size = encode(args, out, stats_);
   stats_.nonfinite = nonfinite;  // a fusing codec counted the zeros
   stats_.skipped = true;
   stats_.payload_bytes = size;
+  scatter_state(segments, states, keep);  // codec scalars (diagnostics) of a skipped step are not kept
+  for (std::size_t s = 0; s < segments.size(); ++s) {
+    if (keep[s] && segments[s].start == 0) ++states[s]->steps;
+  }
   return size;
 }
 

@@ -88,6 +88,8 @@ class ErrorFeedbackCompressor : public Compressor {
   NonFinitePolicy nonfinite_policy() const { return nonfinite_; }
   // State of `name`, or null if it has none yet (for tests and diagnostics).
   const TensorState* state_of(std::string_view name) const;
+  // Every tensor name with state, and its element count.
+  std::map<std::string, std::size_t> state_sizes() const;
 
  protected:
   // Writes the payload of `args` into `out` (at least max_payload_bytes(numel) bytes); returns its size and fills
@@ -127,10 +129,21 @@ class ErrorFeedbackCompressor : public Compressor {
   // every name when empty) into the host TensorState; drop_device also frees the device copy.
   void sync_to_host(std::string_view name, bool drop_device) const;
   void drop_device_states();
-  // nonfinite=skip: encodes zeros against a throw-away copy of `state` (nothing persistent changes) and returns the
-  // payload size; stats_ keeps the non-finite count.
-  std::size_t encode_skipped(EncodeArgs args, const TensorState& state, std::span<std::byte> out);
-  [[noreturn]] void throw_nonfinite(const CompressContext& ctx, const float* values, std::size_t first_bad) const;
+  // Throws InvalidArgument when `name` already has state of another size than `numel`.
+  void check_state_size(std::string_view name, std::size_t numel, int rank) const;
+  // The state of a call made of several segments (or part of one tensor), gathered into work_ from the segments'
+  // own states; scatter_state writes work_'s buffers back into the segments marked in `keep`. A gathered call's
+  // codec scalars (diagnostics) are kept under the call's name in call_scalars_.
+  TensorState& gather_state(std::span<const TensorSegment> segments, const std::vector<TensorState*>& states,
+                            std::string_view call);
+  void scatter_state(std::span<const TensorSegment> segments, const std::vector<TensorState*>& states,
+                     const std::vector<bool>& keep);
+  // nonfinite=skip: encodes the call again with every segment that holds NaN/Inf replaced by zeros (gradient and
+  // state), keeps the state of those segments untouched and updates the others; returns the payload size.
+  std::size_t encode_skipping(EncodeArgs args, std::span<const TensorSegment> segments,
+                              const std::vector<TensorState*>& states, std::span<std::byte> out);
+  [[noreturn]] void throw_nonfinite(const CompressContext& ctx, std::span<const TensorSegment> segments,
+                                    const float* values, std::size_t first_bad) const;
 
   std::string name_;
   payload::CodecId codec_;
@@ -144,7 +157,9 @@ class ErrorFeedbackCompressor : public Compressor {
   // mutable: const readers (save_state, state_of) first pull device-newer state back to the host.
   mutable std::map<std::string, TensorState, std::less<>> states_;
   mutable std::unique_ptr<CudaPath> cuda_;
-  std::vector<float> scratch_in_, scratch_out_;
+  std::vector<float> scratch_in_, scratch_out_, masked_;
+  TensorState work_;  // a gathered call's state (see gather_state)
+  std::map<std::string, std::vector<double>, std::less<>> call_scalars_;
 };
 
 }  // namespace gradcomp

@@ -91,11 +91,24 @@ void fused_pass(const float* grad, const float* residual, float* next, bool stre
   }
 }
 
+// Neither ratio nor k given means ratio=0.01, spelled out so that "topk" and "topk:ratio=0.01" are one canonical
+// spec (and load each other's state).
+Params with_default_ratio(const Params& params) {
+  if (params.has("ratio") || params.has("k")) return params;
+  auto values = params.values();
+  values["ratio"] = fmt::format("{}", kDefaultRatio);
+  std::vector<std::string> given;
+  for (const auto& [key, value] : params.values()) {
+    if (params.given(key)) given.push_back(key);
+  }
+  return Params("topk", std::move(values), std::move(given));
+}
+
 class TopKCompressor final : public ErrorFeedbackCompressor {
  public:
   explicit TopKCompressor(const Params& params)
       : ErrorFeedbackCompressor("topk", payload::CodecId::kTopK, topk_compressor_info().traits, topk_params(),
-                                params) {
+                                with_default_ratio(params)) {
     GRADCOMP_CHECK(!(params.given("ratio") && params.given("k")),
                    "compressor 'topk': give either ratio or k, not both (got ratio={}, k={})",
                    params.get_string("ratio"), params.get_string("k"));

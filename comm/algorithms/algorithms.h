@@ -73,8 +73,13 @@ class Bytes {
 };
 
 // Compresses `part` under `name` (ctx.step from options, rank/size from comm) into a buffer of exactly the payload
-// size; adds the time to stats.compress_s.
-Bytes compress_part(Call& call, const TensorView& part, std::string_view name, float prescale);
+// size; adds the time to stats.compress_s. `segments` (see TensorSegment) key its error-feedback state; empty: `name`.
+Bytes compress_part(Call& call, const TensorView& part, std::string_view name, float prescale,
+                    std::span<const TensorSegment> segments = {});
+
+// The segments of elements [begin, begin + count) of the call's tensor, offsets relative to `begin`: the options'
+// segments cut to that range, or one segment of call.name when the options have none.
+std::vector<TensorSegment> segments_in(const Call& call, std::size_t begin, std::size_t count);
 
 // Reads `in` (f32, f16 or bf16) into f32 `out` (same numel).
 void load_f32(const TensorView& in, std::span<float> out);

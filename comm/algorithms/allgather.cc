@@ -11,7 +11,7 @@ namespace gradcomp::algorithms {
 void run_allgather(Call& call) {
   const int n = call.comm.size();
   const std::size_t numel = call.tensor.numel();
-  Bytes payload = compress_part(call, call.tensor, call.name, 1.0f);
+  Bytes payload = compress_part(call, call.tensor, call.name, 1.0f, call.options.segments);
   call.stats.payload_bytes = payload.size();
 
   std::vector<std::size_t> counts(static_cast<std::size_t>(n));

@@ -15,7 +15,7 @@ void run_dense(Call& call) {
                  call.name, call.compressor.spec(), describe_traits(traits));
   const int n = call.comm.size();
   const float prescale = call.options.op == ReduceOp::kAverage ? 1.0f / static_cast<float>(n) : 1.0f;
-  Bytes payload = compress_part(call, call.tensor, call.name, prescale);
+  Bytes payload = compress_part(call, call.tensor, call.name, prescale, call.options.segments);
   call.stats.payload_bytes = payload.size();
 
   const payload::Header header = payload::peek_header(payload);

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstring>
 
 #include "comm/algorithms/algorithms.h"
@@ -6,10 +7,12 @@
 
 namespace gradcomp::algorithms {
 
-Bytes compress_part(Call& call, const TensorView& part, std::string_view name, float prescale) {
+Bytes compress_part(Call& call, const TensorView& part, std::string_view name, float prescale,
+                    std::span<const TensorSegment> segments) {
   Stopwatch watch(call.stats.compress_s);
   CompressContext ctx;
   ctx.name = name;
+  ctx.segments = segments;
   ctx.step = call.options.step;
   ctx.rank = call.comm.rank();
   ctx.world_size = call.comm.size();
@@ -20,6 +23,21 @@ Bytes compress_part(Call& call, const TensorView& part, std::string_view name, f
                   call.compressor.name(), size, name, payload.size());
   payload.shrink(size);
   return payload;
+}
+
+std::vector<TensorSegment> segments_in(const Call& call, std::size_t begin, std::size_t count) {
+  const std::size_t end = begin + count;
+  if (call.options.segments.empty()) {
+    return {TensorSegment{call.name, 0, count, begin, call.tensor.numel()}};
+  }
+  std::vector<TensorSegment> cut;
+  for (const TensorSegment& segment : call.options.segments) {
+    const std::size_t total = segment.total ? segment.total : segment.numel;
+    const std::size_t lo = std::max(begin, segment.offset), hi = std::min(end, segment.offset + segment.numel);
+    if (lo >= hi) continue;
+    cut.push_back(TensorSegment{segment.name, lo - begin, hi - lo, segment.start + (lo - segment.offset), total});
+  }
+  return cut;
 }
 
 void load_f32(const TensorView& in, std::span<float> out) {

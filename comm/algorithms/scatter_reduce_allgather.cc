@@ -1,7 +1,9 @@
 // Scatter-reduce-allgather for requantizable codecs (CGX; DeepSpeed's compressed allreduce). The tensor is cut into
-// `size` chunks; every rank compresses each chunk (state "<name>#chunk<i>") and sends chunk i to rank i (alltoallv);
-// rank i decodes and sums the chunks it received in rank order, recompresses the result with its own error feedback
-// (state "<name>#sra<i>"), and an allgatherv gives everyone every recompressed chunk to decode. Per rank that is
+// `size` chunks; every rank compresses each chunk (error feedback keyed by the tensor names of the call's segments, a
+// chunk holding a part of each; random streams by "<name>#chunk<i>") and sends chunk i to rank i (alltoallv); rank i
+// decodes and sums the chunks it received in rank order, recompresses the result with its own error feedback (state
+// "<name>#sra<i>": the residual of the owner's re-quantization, not of any rank's gradient), and an allgatherv gives
+// everyone every recompressed chunk to decode. Per rank that is
 // about 2(n-1)/n of one compressed tensor on the wire, instead of (n-1) payloads for an allgather.
 #include <numeric>
 
@@ -31,8 +33,9 @@ void run_scatter_reduce_allgather(Call& call) {
   std::vector<std::size_t> send_counts(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
     const std::size_t begin = chunk_begin(numel, i, n), end = chunk_begin(numel, i + 1, n);
+    const std::vector<TensorSegment> segments = segments_in(call, begin, end - begin);
     const auto payload = compress_part(call, call.tensor.slice(begin, end - begin),
-                                       fmt::format("{}#chunk{}", call.name, i), 1.0f);
+                                       fmt::format("{}#chunk{}", call.name, i), 1.0f, segments);
     send_counts[i] = payload.size();
     send.insert(send.end(), payload.begin(), payload.end());
   }

@@ -51,7 +51,7 @@ std::size_t divide_and_count_nonzero(float* sum, std::size_t numel, float diviso
 void run_sparse(Call& call) {
   const int n = call.comm.size();
   const std::size_t numel = call.tensor.numel();
-  Bytes payload = compress_part(call, call.tensor, call.name, 1.0f);
+  Bytes payload = compress_part(call, call.tensor, call.name, 1.0f, call.options.segments);
   call.stats.payload_bytes = payload.size();
 
   std::vector<std::uint64_t> sizes;

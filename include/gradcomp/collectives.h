@@ -53,7 +53,7 @@ struct AllreduceOptions {
   // The user's tensors that make up `tensor` (a fusion buffer or a DDP bucket), in order and covering it exactly
   // (see TensorSegment): each keeps its own error-feedback state under its own name, whatever the grouping, chunking
   // (scatter-reduce-allgather) or algorithm. Empty: the whole tensor is `name`. Not copied: must outlive the call.
-  std::span<const TensorSegment> segments;
+  std::span<const TensorSegment> segments = {};
 };
 
 // What one compressed allreduce did.

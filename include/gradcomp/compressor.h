@@ -35,7 +35,7 @@ std::string describe_traits(const CompressorTraits& traits);
 // One of the user's tensors inside a compressed tensor (a fusion buffer, or a chunk of one). Its error-feedback
 // state (residual, momenta) is keyed by `name` and sized `total`, whatever buffer or chunk carries it.
 struct TensorSegment {
-  std::string_view name;       // the user's tensor name; must not be empty
+  std::string_view name = {};  // the user's tensor name; must not be empty
   std::size_t offset = 0;      // first element of this segment inside the compressed tensor
   std::size_t numel = 0;       // elements of the named tensor carried here
   std::size_t start = 0;       // where they begin inside the named tensor (a chunk may carry a part of it)
@@ -51,7 +51,7 @@ struct CompressContext {
   // Empty: the whole tensor is `name`. With segments, error-feedback state is kept per segment name, the non-finite
   // policy applies per segment (raise names the segment's tensor; skip sends zeros for that segment only and leaves
   // its state untouched), and `name` keys only the random streams and per-call diagnostics.
-  std::span<const TensorSegment> segments;
+  std::span<const TensorSegment> segments = {};
   // Training step, incremented by the caller once per optimizer step (random-k and DGC warm-up depend on it).
   std::uint64_t step = 0;
   int rank = 0;

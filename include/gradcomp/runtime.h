@@ -177,10 +177,9 @@ class Runtime {
   // Error-feedback residual of `name` (f32, numel elements), empty if the runtime holds none.
   std::vector<float> residual(std::string_view name) const;
 
-  // Checkpoint of this rank's compression state: the per-tensor-name residuals the runtime keeps for fused buffers,
-  // the state of every compressor instance it created (residuals, DGC momenta, ... of the codecs, including the
-  // second instance that re-quantizes scatter-reduce-allgather's partial sums), the per-buffer step counters that
-  // feed the codecs' random streams, and the "auto" policy's calibration. The bytes are versioned and checksummed.
+  // Checkpoint of this rank's compression state: the state of every compressor instance it created (per-name
+  // residuals, DGC momenta, ..., and scatter-reduce-allgather's re-quantization residuals), the per-buffer step
+  // counters that feed the codecs' random streams, and the "auto" policy's calibration. The bytes are versioned and checksummed.
   // States are per rank (residuals differ between ranks): save on every rank, load each rank's own.
   // Legal only while no work is pending on this rank (after synchronize(), before the next allreduce_async(); not
   // from a completion callback): else InvalidArgument. Rethrows the error that stopped the runtime, if any.

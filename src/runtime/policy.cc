@@ -41,18 +41,4 @@ std::string canonical_spec(std::string_view spec) {
   return default_registry().create(spec)->spec();
 }
 
-std::string with_error_feedback(std::string_view spec, bool on) {
-  ParsedSpec parsed = parse_spec(spec);
-  std::string out = parsed.name;
-  char sep = ':';
-  bool seen = false;
-  for (auto& [key, value] : parsed.params) {
-    out += fmt::format("{}{}={}", sep, key, key == "ef" ? (on ? "on" : "off") : value);
-    seen = seen || key == "ef";
-    sep = ',';
-  }
-  if (!seen) out += fmt::format("{}ef={}", sep, on ? "on" : "off");
-  return out;
-}
-
 }  // namespace gradcomp::runtime

@@ -22,8 +22,4 @@ std::string resolve_spec(const CompressionPolicy& policy, std::string_view name,
 // for an unknown codec or parameter.
 std::string canonical_spec(std::string_view spec);
 
-// `spec` with its ef parameter set to `on` (the spec must accept ef); used to run codecs without their own residual
-// when the runtime keeps residuals per tensor name.
-std::string with_error_feedback(std::string_view spec, bool on);
-
 }  // namespace gradcomp::runtime

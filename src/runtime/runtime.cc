@@ -33,7 +33,7 @@ const char* env(const char* name) {
 }
 
 constexpr std::uint32_t kStateMagic = 0x53524347;  // "GCRS"
-constexpr std::uint32_t kStateVersion = 1;
+constexpr std::uint32_t kStateVersion = 2;  // 2: residuals live in the codecs, keyed by tensor name
 
 // FNV-1a, 64 bit: catches damaged checkpoints before any field is interpreted.
 std::uint64_t checksum(std::span<const std::byte> bytes) {
@@ -158,9 +158,9 @@ class Runtime::Impl {
     if (auto it = loaded_.find(request.name); it != loaded_.end()) {
       // First submission of a name whose residual came from load_state(): it must be the tensor it was saved for.
       const bool auto_spec = request.signature.spec == runtime::kAutoSpec;
-      GRADCOMP_CHECK(tensor.dtype() == DType::kF32 && tensor.numel() == it->second.numel &&
+      GRADCOMP_CHECK(tensor.numel() == it->second.numel &&
                          (auto_spec || it->second.spec.empty() || it->second.spec == request.signature.spec),
-                     "allreduce_async('{}') on rank {}: the loaded runtime state holds a residual of f32[{}] for "
+                     "allreduce_async('{}') on rank {}: the loaded runtime state holds state of {} elements for "
                      "spec '{}', but the tensor is {} with spec '{}'",
                      name, comm_.rank(), it->second.numel, it->second.spec, tensor.describe(), request.signature.spec);
       loaded_.erase(it);
@@ -498,10 +498,7 @@ class Runtime::Impl {
                                              [&](std::size_t i) {
                                                const auto& sig = ready[i].signature;
                                                const std::size_t limit = options_.fusion_tensor_limit_bytes;
-                                               if (limit > 0 && sig.numel * dtype_size(sig.dtype) > limit) {
-                                                 return false;
-                                               }
-                                               return executor_.fusible(sig);
+                                               return limit == 0 || sig.numel * dtype_size(sig.dtype) <= limit;
                                              });
     for (const auto& group : groups) {
       std::vector<const runtime::ReadyTensor*> members;

@@ -24,6 +24,22 @@ std::vector<std::int32_t> reference_topk(const std::vector<float>& x, std::size_
   return order;
 }
 
+// The default ratio is part of the canonical spec: "topk" and "topk:ratio=0.01" are one spec, and each loads the
+// other's state.
+TEST(TopK, DefaultSpellingIsTheSameSpec) {
+  auto plain = make_compressor("topk");
+  auto spelled = make_compressor("topk:ratio=0.01");
+  EXPECT_EQ(plain->spec(), spelled->spec());
+  EXPECT_NE(plain->spec().find("ratio=0.01"), std::string::npos) << plain->spec();
+  EXPECT_EQ(make_compressor("topk:k=5")->spec().find("ratio"), std::string::npos) << "k alone takes no ratio";
+  const auto grad = make_values(4099, 3, false);
+  compress(*plain, grad, "w", 0);
+  spelled->load_state(plain->save_state());
+  auto fresh = make_compressor("topk");
+  fresh->load_state(spelled->save_state());
+  EXPECT_EQ(compress(*fresh, grad, "w", 1), compress(*plain, grad, "w", 1));
+}
+
 TEST(TopK, EqualsFullSortWithTiesBrokenByLowerIndex) {
   for (const bool ties : {false, true}) {
     const std::size_t n = 10007;
@@ -106,7 +122,7 @@ TEST(TopK, RatioKAndClamping) {
   EXPECT_EQ(residual(*huge_k, "r"), std::vector<float>(1000, 0.0f));
   // The canonical spec re-parses to the same compressor (ratio and k never both appear).
   EXPECT_EQ(make_compressor(huge_k->spec())->spec(), huge_k->spec());
-  EXPECT_EQ(make_compressor("topk")->spec(), "topk:ef=on,nonfinite=raise,values=f32");
+  EXPECT_EQ(make_compressor("topk")->spec(), "topk:ef=on,nonfinite=raise,ratio=0.01,values=f32");
 }
 
 TEST(TopK, ErrorFeedbackIsExact) {

@@ -42,10 +42,7 @@ TEST(Policy, ResolveFirstMatchMinimumAndDefault) {
   EXPECT_EQ(resolve_spec(policy, "conv.weight", 4096), "qsgd");
 }
 
-TEST(Policy, ErrorFeedbackRewrite) {
-  EXPECT_EQ(with_error_feedback("topk:ratio=0.01", false), "topk:ratio=0.01,ef=off");
-  EXPECT_EQ(with_error_feedback("topk:ef=on,ratio=0.5", false), "topk:ef=off,ratio=0.5");
-  EXPECT_EQ(with_error_feedback("topk", true), "topk:ef=on");
+TEST(Policy, CanonicalSpec) {
   EXPECT_EQ(canonical_spec("auto"), "auto");
   EXPECT_THROW(canonical_spec("no_such_codec"), InvalidArgument);
 }
