@@ -9,7 +9,6 @@
 
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -20,36 +19,12 @@
 #include "gradcomp/registry.h"
 #include "kernels/half_ops.cuh"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/parity_data.h"
 
 namespace gradcomp {
 namespace {
 
 using testing::DeviceArray;
-
-// Specs whose CUDA path must match the CPU bit for bit. Grows with each codec's CUDA backend.
-const std::vector<std::string>& parity_specs() {
-  static const std::vector<std::string> specs = {
-      "none",
-      "fp16",
-      "fp16:prescale=0.25",
-      "fp16:ef=off",
-      "bf16",
-      "bf16:ef=off",
-#include "tests/gpu/parity_specs.inc"
-  };
-  return specs;
-}
-
-std::vector<float> random_values(std::size_t n, unsigned seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> values(n);
-  for (auto& v : values) v = normal(rng);
-  // A few large values (fp16 saturation) and exact zeros / negative zeros.
-  for (std::size_t i = 0; i < n; i += 997) values[i] = (i % 2 ? -1.0f : 1.0f) * 1e5f;
-  for (std::size_t i = 5; i < n; i += 1009) values[i] = (i % 2 ? -0.0f : 0.0f);
-  return values;
-}
 
 std::vector<std::byte> payload_on_gpu(Compressor& compressor, const DeviceArray<float>& grad, std::size_t offset,
                                       std::size_t n, const CompressContext& ctx) {
@@ -64,19 +39,20 @@ class Parity : public ::testing::TestWithParam<std::string> {};
 
 // Several steps with error feedback: every payload and the final state match.
 TEST_P(Parity, PayloadsAndStateAreBitIdentical) {
-  for (const std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{4096}, std::size_t{100003}}) {
+  for (const std::size_t n : parity::sizes()) {
     for (const std::size_t offset : {std::size_t{0}, std::size_t{1}}) {  // 1: a view that is not 16-byte aligned
       auto cpu = make_compressor(GetParam());
       auto gpu = make_compressor(GetParam());
       for (std::uint64_t step = 0; step < 3; ++step) {
-        const auto values = random_values(n + offset, static_cast<unsigned>(step * 31 + n));
+        const auto values = parity::random_values(n + 1, parity::step_seed(n, step));
         DeviceArray<float> device(values);
         CompressContext ctx;
         ctx.name = "layer.weight";
         ctx.step = step;
         ctx.world_size = 4;
         ctx.prescale = 0.25f;
-        const std::vector<float> host(values.begin() + static_cast<long>(offset), values.end());
+        const std::vector<float> host(values.begin() + static_cast<long>(offset),
+                                      values.begin() + static_cast<long>(offset + n));
         const auto expected = compress_to_vector(*cpu, TensorView::of(std::span<const float>(host)), ctx);
         const auto got = payload_on_gpu(*gpu, device, offset, n, ctx);
         ASSERT_EQ(got.size(), expected.size()) << GetParam() << " n=" << n << " step " << step;
@@ -96,7 +72,7 @@ TEST_P(Parity, CrossDeviceDecode) {
   const std::size_t n = 65537;
   auto cpu = make_compressor(GetParam());
   auto gpu = make_compressor(GetParam());
-  const auto values = random_values(n, 7);
+  const auto values = parity::random_values(n, 7);
   DeviceArray<float> device(values);
   CompressContext ctx;
   ctx.name = "t";
@@ -125,7 +101,8 @@ TEST_P(Parity, CrossDeviceDecode) {
 TEST_P(Parity, HalfPrecisionTensors) {
   const std::size_t n = 30001;
   for (const DType dtype : {DType::kF16, DType::kBF16}) {
-    const auto values = random_values(n, 11, 0.1f);
+    // Outliers finite in f16 (the default 1e5 is inf there, and nonfinite=raise would reject the CPU reference).
+    const auto values = parity::random_values(n, 11, 0.1f, parity::kHalfOutlier);
     std::vector<std::uint16_t> bits(n);
     for (std::size_t i = 0; i < n; ++i) {
       bits[i] = dtype == DType::kF16 ? kernels::float_to_half_bits(values[i]) : kernels::float_to_bf16_bits(values[i]);
@@ -151,7 +128,8 @@ TEST_P(Parity, HalfPrecisionTensors) {
   }
 }
 
-// Error feedback on the GPU: residual_after + decoded == residual_before + grad (up to f32 rounding of one subtraction).
+// Error feedback on the GPU: residual_after + decoded / wire scale == residual_before + grad, up to the f32 rounding
+// of the subtraction and the addition (parity::ef_tolerance, checked on the CPU by codec_parity_reference_test).
 TEST_P(Parity, ErrorFeedbackInvariantOnGpu) {
   auto gpu = make_compressor(GetParam());
   if (!gpu->traits().lossy || gpu->spec().find("ef=off") != std::string::npos) GTEST_SKIP() << "no error feedback";
@@ -160,9 +138,10 @@ TEST_P(Parity, ErrorFeedbackInvariantOnGpu) {
   const std::size_t n = 50000;
   auto* ef = dynamic_cast<ErrorFeedbackCompressor*>(gpu.get());
   ASSERT_NE(ef, nullptr);
+  const float scale = parity::wire_scale(GetParam(), 1.0f);
   std::vector<float> residual_before(n, 0.0f);
   for (std::uint64_t step = 0; step < 3; ++step) {
-    const auto values = random_values(n, static_cast<unsigned>(100 + step));
+    const auto values = parity::random_values(n, static_cast<unsigned>(100 + step));
     DeviceArray<float> device(values);
     CompressContext ctx;
     ctx.name = "ef";
@@ -174,9 +153,11 @@ TEST_P(Parity, ErrorFeedbackInvariantOnGpu) {
     ASSERT_NE(state, nullptr);
     ASSERT_EQ(state->buffers[0].size(), n);
     for (std::size_t i = 0; i < n; ++i) {
-      const float lhs = state->buffers[0][i] + decoded[i];
-      const float rhs = residual_before[i] + values[i];
-      ASSERT_NEAR(lhs, rhs, 1e-5f * (1.0f + std::fabs(rhs))) << GetParam() << " index " << i << " step " << step;
+      const float sent = decoded[i] / scale;  // decoded values are in wire units (fp16:prescale=0.25)
+      const float v = residual_before[i] + values[i];
+      const float residual = state->buffers[0][i];
+      ASSERT_NEAR(residual + sent, v, parity::ef_tolerance(residual, sent, v))
+          << GetParam() << " index " << i << " step " << step;
     }
     residual_before = state->buffers[0];
   }
@@ -186,18 +167,16 @@ TEST_P(Parity, ErrorFeedbackInvariantOnGpu) {
 TEST_P(Parity, NonFinitePolicies) {
   const std::size_t n = 4099;
   for (const char* policy : {"raise", "skip", "pass"}) {
-    const std::string spec = GetParam() + (GetParam().find(':') == std::string::npos ? ":" : ",") +
-                             "nonfinite=" + policy;
+    const std::string spec = parity::with_param(GetParam(), std::string("nonfinite=") + policy);
     auto cpu = make_compressor(spec);
     auto gpu = make_compressor(spec);
     CompressContext ctx;
     ctx.name = "nf";
-    auto values = random_values(n, 5);
+    auto values = parity::random_values(n, 5);
     DeviceArray<float> clean(values);
     const auto first_cpu = compress_to_vector(*cpu, TensorView::of(std::span<const float>(values)), ctx);
     ASSERT_EQ(payload_on_gpu(*gpu, clean, 0, n, ctx), first_cpu) << spec;
-    values[123] = std::nanf("");
-    values[4000] = -INFINITY;
+    const std::size_t nonfinite = parity::put_nonfinite(values);
     DeviceArray<float> dirty(values);
     ctx.step = 1;
     if (std::string(policy) == "raise") {
@@ -208,10 +187,28 @@ TEST_P(Parity, NonFinitePolicies) {
     }
     const auto expected = compress_to_vector(*cpu, TensorView::of(std::span<const float>(values)), ctx);
     EXPECT_EQ(payload_on_gpu(*gpu, dirty, 0, n, ctx), expected) << spec;
-    EXPECT_EQ(gpu->last_stats().nonfinite, 2u);
+    EXPECT_EQ(gpu->last_stats().nonfinite, nonfinite);
     EXPECT_EQ(gpu->last_stats().skipped, cpu->last_stats().skipped);
     EXPECT_EQ(gpu->save_state(), cpu->save_state()) << spec;
   }
+}
+
+// Finite values whose f32 sums overflow (qsgd's l2 scale, terngrad's sigma, onebit's mean fall back to double
+// sums on the CPU; lane 0 of the warp reproduces that): bit-identical payloads and state over two steps.
+TEST_P(Parity, OverflowFallbacks) {
+  const std::size_t n = 100003;
+  auto cpu = make_compressor(GetParam());
+  auto gpu = make_compressor(GetParam());
+  const auto values = parity::overflow_values(n, 21);
+  DeviceArray<float> device(values);
+  CompressContext ctx;
+  ctx.name = "o";
+  for (std::uint64_t step = 0; step < 2; ++step) {
+    ctx.step = step;
+    const auto expected = compress_to_vector(*cpu, TensorView::of(std::span<const float>(values)), ctx);
+    ASSERT_EQ(payload_on_gpu(*gpu, device, 0, n, ctx), expected) << GetParam() << " step " << step;
+  }
+  EXPECT_EQ(gpu->save_state(), cpu->save_state()) << GetParam();
 }
 
 // State moves between devices: GPU steps, save, load into a CPU compressor, which continues bit-identically.
@@ -223,7 +220,7 @@ TEST_P(Parity, StateRoundTripsBetweenGpuAndCpu) {
   ctx.name = "s";
   for (std::uint64_t step = 0; step < 2; ++step) {
     ctx.step = step;
-    const auto values = random_values(n, static_cast<unsigned>(step + 3));
+    const auto values = parity::random_values(n, static_cast<unsigned>(step + 3));
     DeviceArray<float> device(values);
     payload_on_gpu(*gpu, device, 0, n, ctx);
     compress_to_vector(*reference, TensorView::of(std::span<const float>(values)), ctx);
@@ -231,7 +228,7 @@ TEST_P(Parity, StateRoundTripsBetweenGpuAndCpu) {
   auto resumed = make_compressor(GetParam());
   resumed->load_state(gpu->save_state());
   ctx.step = 2;
-  const auto values = random_values(n, 99);
+  const auto values = parity::random_values(n, 99);
   const auto a = compress_to_vector(*resumed, TensorView::of(std::span<const float>(values)), ctx);
   const auto b = compress_to_vector(*reference, TensorView::of(std::span<const float>(values)), ctx);
   EXPECT_EQ(a, b) << GetParam();
@@ -240,7 +237,7 @@ TEST_P(Parity, StateRoundTripsBetweenGpuAndCpu) {
   EXPECT_EQ(c, b) << GetParam();
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, Parity, ::testing::ValuesIn(parity_specs()), [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Codecs, Parity, ::testing::ValuesIn(parity::specs()), [](const auto& info) {
   std::string name = info.param;
   for (char& c : name) {
     if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
