@@ -11,6 +11,7 @@
 #include "kernels/half_ops.cuh"
 #include "kernels/sparsify_ops.cuh"
 #include "kernels/topk_select.h"
+#include "kernels/wire_nan.cuh"
 
 namespace gradcomp {
 namespace {
@@ -103,7 +104,7 @@ class BlockTopKCompressor final : public ErrorFeedbackCompressor {
       const std::size_t begin = b * block_, end = std::min(n, begin + block_);
       for (std::size_t i = begin; i < end; ++i) {
         const float v = values[i];
-        const float wire = v * scale;
+        const float wire = kernels::wire_f32(v * scale);  // one NaN on the wire (kernels/wire_nan.cuh)
         body[written++] = wire;
         if (residual != nullptr) residual[i] = scale == 1.0f ? v - wire : v - wire / scale;
       }

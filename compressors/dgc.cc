@@ -16,6 +16,7 @@
 #include "kernels/select_collect.h"
 #include "kernels/sparsify_ops.cuh"
 #include "kernels/topk_select.h"
+#include "kernels/wire_nan.cuh"
 
 namespace gradcomp {
 namespace {
@@ -197,7 +198,7 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
     for (std::size_t j = 0; j < selected_.size(); ++j) {
       const std::uint32_t i = candidates_.index[selected_[j]];
       const float value = candidates_.value[selected_[j]];
-      const float wire = value * prescale;
+      const float wire = kernels::wire_f32(value * prescale);  // one NaN on the wire (kernels/wire_nan.cuh)
       sections.indices[j] = static_cast<std::int32_t>(i);
       std::memcpy(sections.values + j * sizeof(float), &wire, sizeof(float));
       // Momentum-factor masking: what was sent leaves the accumulator and the momentum.

@@ -9,6 +9,7 @@
 #include "gradcomp/error.h"
 #include "kernels/bucket_reduce.h"
 #include "kernels/cpu_parallel.h"
+#include "kernels/wire_nan.cuh"
 
 namespace gradcomp {
 namespace {
@@ -50,6 +51,8 @@ class NoneCompressor final : public ErrorFeedbackCompressor {
                                // always gives a non-finite copy); exact count only then.
                                if (kernels::any_nonfinite(body + begin, end - begin)) {
                                  kernels::count_nonfinite_range(args.grad, begin, end, bad_count[k], bad_first[k]);
+                                 // memcpy kept the input NaN's bits: write the one wire NaN, as the GPU does.
+                                 kernels::canonicalize_nans(body + begin, end - begin);
                                }
                              });
     const auto tally = quantize::combine_nonfinite(bad_count, bad_first, args.numel);

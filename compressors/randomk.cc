@@ -14,6 +14,7 @@
 #include "kernels/philox_cpu.h"
 #include "kernels/sparsify_ops.cuh"
 #include "kernels/stream_store.h"
+#include "kernels/wire_nan.cuh"
 
 namespace gradcomp {
 namespace {
@@ -121,7 +122,7 @@ class RandomKCompressor final : public ErrorFeedbackCompressor {
     for (std::size_t j = 0; j < k; ++j) {
       const std::uint32_t i = indices_[j];
       const float v = values[i];
-      const float wire = v * scale;
+      const float wire = kernels::wire_f32(v * scale);  // one NaN on the wire (kernels/wire_nan.cuh)
       std::memcpy(body + j * sizeof(float), &wire, sizeof(float));
       if (next != nullptr) next[i] = scale == 1.0f ? v - wire : v - wire / scale;
     }

@@ -14,6 +14,7 @@
 #include "kernels/sparsify_ops.cuh"
 #include "kernels/stream_store.h"
 #include "kernels/topk_select.h"
+#include "kernels/wire_nan.cuh"
 
 namespace gradcomp {
 namespace {
@@ -210,7 +211,7 @@ class TopKCompressor final : public ErrorFeedbackCompressor {
       const std::uint32_t c = chosen_[j];
       const std::uint32_t i = candidates_.index[c];
       const float v = candidates_.value[c];
-      const float wire = v * scale;
+      const float wire = kernels::wire_f32(v * scale);  // one NaN on the wire (kernels/wire_nan.cuh)
       float decoded = wire;
       sections.indices[j] = static_cast<std::int32_t>(i);
       if (type_ == sparse::ValueType::kF16) {

@@ -8,6 +8,7 @@
 #include "kernels/cuda_reduce.cuh"
 #include "kernels/onebit_ops.cuh"
 #include "kernels/qsgd_ops.cuh"
+#include "kernels/wire_nan.cuh"
 
 namespace gradcomp::kernels {
 namespace {
@@ -250,7 +251,7 @@ __global__ void __launch_bounds__(kThreads) bucket_encode_kernel(QuantizeParams 
     const float scale = s.bad ? 0.0f : bucket_scale(p, s, g, r, b0, b1);
     warp_quantize(p, g, r, r_out, packed, b0, b1, vec, scale, s.bad);
     if ((threadIdx.x & 31u) == 0) {
-      const float wire = s.bad ? __int_as_float(0x7FC00000) : scale * p.prescale;
+      const float wire = s.bad ? __uint_as_float(kWireNanF32) : scale * p.prescale;
       memcpy(scales + b * sizeof(float), &wire, sizeof(float));
       bad_buckets += s.bad;
     }
@@ -295,7 +296,7 @@ __global__ void combine_chunks_kernel(QuantizeParams p, const Stats* partial, st
   const float scale = terngrad_scale(total.max_abs, sigma, p.clip);
   scale_out[0] = scale;
   scale_out[1] = total.bad ? 1.0f : 0.0f;
-  const float wire = total.bad ? __int_as_float(0x7FC00000) : scale * p.prescale;
+  const float wire = total.bad ? __uint_as_float(kWireNanF32) : scale * p.prescale;
   memcpy(scales, &wire, sizeof(float));
   if (total.bad) *header_flags = static_cast<std::uint16_t>(*header_flags | nonfinite_flag);
 }

@@ -8,6 +8,7 @@
 #include "kernels/cuda_reduce.cuh"
 #include "kernels/half_ops.cuh"
 #include "kernels/sparsify_ops.cuh"
+#include "kernels/wire_nan.cuh"
 
 namespace gradcomp::kernels {
 namespace {
@@ -135,7 +136,7 @@ __global__ void gather_kernel(const float* values, const std::int32_t* indices, 
       static_cast<std::uint16_t*>(values_out)[j] = bits;
       decoded = half_bits_to_float(bits);
     } else {
-      static_cast<float*>(values_out)[j] = wire;
+      static_cast<float*>(values_out)[j] = wire_f32(wire);  // one NaN on the wire (kernels/wire_nan.cuh)
     }
     if (residual_out) residual_out[i] = prescale == 1.0f ? v - decoded : v - decoded / prescale;
   }
@@ -187,7 +188,7 @@ __global__ void block_gather_kernel(const float* values, const std::int32_t* ids
     if (i >= n) continue;
     const float v = values[i];
     const float wire = v * prescale;
-    body[t] = wire;
+    body[t] = wire_f32(wire);
     if (residual_out) residual_out[i] = prescale == 1.0f ? v - wire : v - wire / prescale;
   }
 }

@@ -13,6 +13,7 @@
 #include "kernels/half_ops.cuh"
 #include "kernels/host_device.cuh"
 #include "kernels/philox_ops.cuh"
+#include "kernels/wire_nan.cuh"
 
 namespace gradcomp::kernels {
 
@@ -76,10 +77,11 @@ GRADCOMP_HOST_DEVICE std::uint64_t floyd_candidate(const PhiloxStream& stream, s
 // Error feedback of one element: v = residual + grad (f32, the same rounding on every path).
 GRADCOMP_HOST_DEVICE float ef_accumulate(float residual, float grad) { return residual + grad; }
 
-// Top-k value on the wire as f16 bits, saturated to +-65504 (never inf for finite input). `saturated` is set when
-// the value was clamped.
+// Top-k value on the wire as f16 bits, saturated to +-65504 (never inf for finite input); any NaN becomes the wire
+// NaN 0x7E00 (kernels/wire_nan.cuh). `saturated` is set when the value was clamped.
 GRADCOMP_HOST_DEVICE std::uint16_t sparse_value_to_half(float value, bool& saturated) {
   saturated = false;
+  if (is_nan_bits(value)) return kWireNanF16;
   if (value > kHalfMax) {
     saturated = true;
     value = kHalfMax;
