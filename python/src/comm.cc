@@ -14,12 +14,13 @@
 #include "tensor_cast.h"
 
 #if GRADCOMP_PY_HAVE_COLLECTIVES
+#include <nanobind/stl/vector.h>
+
+#include "allreduce_args.h"
 #include "gradcomp/collectives.h"
 #include "gradcomp/communicator.h"
 #endif
 #if GRADCOMP_PY_HAVE_COLLECTIVES && GRADCOMP_PY_HAVE_RUNTIME
-#include <nanobind/stl/vector.h>
-
 #include "gradcomp/runtime.h"
 #endif
 
@@ -30,10 +31,10 @@ namespace gradcomp::python {
 
 #if GRADCOMP_PY_HAVE_COLLECTIVES
 namespace {
-ReduceOp op_of(std::string_view op) {
-  if (op == "sum") return ReduceOp::kSum;
-  if (op == "average") return ReduceOp::kAverage;
-  throw InvalidArgument(fmt::format("unknown reduce op '{}' (valid: sum, average)", op));
+std::span<std::byte> bytes_of(const OutArray& array, std::string_view what) {
+  const TensorView view = to_view(array, what, 0);
+  GRADCOMP_CHECK(view.device().is_cpu(), "{}: host memory only, got {}", what, view.describe());
+  return {static_cast<std::byte*>(view.data()), view.bytes()};
 }
 }  // namespace
 #endif
@@ -66,8 +67,48 @@ void init_comm(nb::module_& m) {
              nb::gil_scoped_release release;
              c.barrier();
            })
+      .def(
+          "allgather",
+          [](Communicator& c, const OutArray& send, const OutArray& recv) {
+            const auto s = bytes_of(send, "allgather() send"), r = bytes_of(recv, "allgather() recv");
+            nb::gil_scoped_release release;
+            c.allgather(s, r);
+          },
+          "send"_a, "recv"_a, "Byte-wise: recv (size x send bytes) gets every rank's send in rank order.")
+      .def(
+          "allgatherv",
+          [](Communicator& c, const OutArray& send, const std::vector<std::size_t>& counts, const OutArray& recv) {
+            const auto s = bytes_of(send, "allgatherv() send"), r = bytes_of(recv, "allgatherv() recv");
+            nb::gil_scoped_release release;
+            c.allgatherv(s, counts, r);
+          },
+          "send"_a, "recv_counts"_a, "recv"_a, "Byte-wise allgather with per-rank sizes, packed in rank order.")
+      .def(
+          "alltoallv",
+          [](Communicator& c, const OutArray& send, const std::vector<std::size_t>& send_counts, const OutArray& recv,
+             const std::vector<std::size_t>& recv_counts) {
+            const auto s = bytes_of(send, "alltoallv() send"), r = bytes_of(recv, "alltoallv() recv");
+            nb::gil_scoped_release release;
+            c.alltoallv(s, send_counts, r, recv_counts);
+          },
+          "send"_a, "send_counts"_a, "recv"_a, "recv_counts"_a,
+          "Byte-wise: send_counts[d] bytes to rank d (packed in rank order), recv_counts[s] from rank s.")
+      .def_prop_rw(
+          "timeout_s", [](const Communicator& c) { return static_cast<double>(c.timeout().count()) / 1000.0; },
+          [](Communicator& c, double seconds) {
+            c.set_timeout(std::chrono::milliseconds(static_cast<long long>(seconds * 1000)));
+          },
+          "Deadline of every blocking call, in seconds.")
       .def("split", &Communicator::split, "color"_a, "key"_a,
            "A sub-communicator of the ranks with equal color, ordered by key (MPI_Comm_split).");
+  m.def(
+      "make_local_communicators",
+      [](int world_size, double timeout_s) {
+        return make_local_communicators(world_size,
+                                        std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000)));
+      },
+      "world_size"_a, "timeout_s"_a = 60.0,
+      "world_size in-process communicators (give communicator r to thread r): a reference world for tests.");
   m.def(
       "make_mpi_world_communicator",
       [](double timeout_s) {
@@ -79,25 +120,30 @@ void init_comm(nb::module_& m) {
   m.def(
       "compressed_allreduce",
       [](Communicator& comm, Compressor& compressor, const OutArray& tensor, std::string_view name,
-         std::string_view op, std::uint64_t step, std::uintptr_t stream) {
-        const TensorView view = to_view(tensor, fmt::format("compressed_allreduce('{}')", name), stream);
+         std::string_view op, std::uint64_t step, std::uintptr_t stream, nb::handle segments,
+         std::string_view algorithm) {
+        const std::string what = fmt::format("compressed_allreduce('{}')", name);
+        const TensorView view = to_view(tensor, what, stream);
+        const OwnedSegments owned(segments, view.numel(), what);
         AllreduceOptions options;
         options.op = op_of(op);
         options.step = step;
+        options.algorithm = parse_algorithm(algorithm);
+        options.segments = owned.view();
         AllreduceStats stats;
         {
           nb::gil_scoped_release release;
           stats = compressed_allreduce(comm, compressor, view, name, options);
         }
         nb::dict d;
-        d["algorithm"] = std::string(algorithm_name(stats.algorithm));
-        d["input_bytes"] = stats.input_bytes;
-        d["payload_bytes"] = stats.payload_bytes;
-        d["wire_bytes"] = stats.wire_bytes;
-        d["switched_to_dense"] = stats.switched_to_dense;
+        fill_stats(d, stats);
         return d;
       },
-      "comm"_a, "compressor"_a, "tensor"_a, "name"_a, "op"_a = "average", "step"_a = 0, "stream"_a = 0);
+      "comm"_a, "compressor"_a, "tensor"_a, "name"_a, "op"_a = "average", "step"_a = 0, "stream"_a = 0,
+      "segments"_a = nb::none(), "algorithm"_a = "auto",
+      "In place: the average (or sum) over ranks of what each rank's compressor sent. segments: None or "
+      "[(name, offset, numel)], the named tensors the tensor is made of (error feedback per name). Returns the "
+      "AllreduceStats as a dict.");
 #else
   m.attr("has_collectives") = false;
 #endif

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 
 #include "bindings.h"
 #include "gradcomp/compressor.h"
@@ -113,6 +114,38 @@ std::span<const std::byte> bytes_of(const TensorView& view) {
 
 }  // namespace
 
+nb::object python_exception(const std::exception_ptr& error) {
+  PyObject* type = PyExc_RuntimeError;
+  std::string message = "unknown C++ exception";
+  try {
+    std::rethrow_exception(error);
+  } catch (nb::python_error& e) {
+    return nb::borrow(e.value());
+  } catch (const InvalidArgument& e) {
+    type = g_invalid_argument;
+    message = e.what();
+  } catch (const CorruptPayload& e) {
+    type = g_corrupt_payload;
+    message = e.what();
+  } catch (const CommError& e) {
+    type = g_comm_error;
+    message = e.what();
+  } catch (const CudaError& e) {
+    type = g_cuda_error;
+    message = e.what();
+  } catch (const Timeout& e) {
+    type = g_timeout;
+    message = e.what();
+  } catch (const Error& e) {
+    type = g_error;
+    message = e.what();
+  } catch (const std::exception& e) {
+    message = e.what();
+  } catch (...) {
+  }
+  return nb::handle(type)(message);
+}
+
 void init_compressors(nb::module_& m) {
   nb::class_<Compressor>(m, "Compressor", "A C++ gradient codec with per-tensor error-feedback state.")
       .def_prop_ro("name", [](const Compressor& c) { return std::string(c.name()); })
@@ -194,4 +227,5 @@ NB_MODULE(_gradcomp, m) {
   gradcomp::python::init_errors(m);
   gradcomp::python::init_compressors(m);
   gradcomp::python::init_comm(m);
+  gradcomp::python::init_torch(m);
 }

@@ -1,0 +1,67 @@
+// The thread that runs a process group's compressed allreduces off the caller's thread (DDP's autograd thread, the
+// optimizer's gradient hooks), one at a time in submission order, completing a torch.futures.Future for each. The
+// collectives of one job are therefore never interleaved with another job's, every rank issues them in the same
+// order, and backward keeps computing while a bucket travels (the thread holds the GIL only inside the torch
+// communicator's calls and to complete the future).
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "gradcomp/communicator.h"
+
+namespace gradcomp::python {
+
+namespace nb = nanobind;
+
+class ExchangeWorker {
+ public:
+  // `communicator`: the Python object of a Communicator (a TorchCommunicator); the worker keeps it alive. Needs the
+  // GIL.
+  explicit ExchangeWorker(nb::object communicator);
+  // close().
+  ~ExchangeWorker();
+  ExchangeWorker(const ExchangeWorker&) = delete;
+  ExchangeWorker& operator=(const ExchangeWorker&) = delete;
+
+  // Enqueues compressed_allreduce(comm, compressor, tensor, name, {op, step, algorithm, segments}) on the tensor in
+  // place. `segments`: None or [(name, offset, numel)] covering the tensor in order. Returns a torch.futures.Future
+  // whose value is `result` once the tensor holds the aggregate, or that carries the gradcomp exception (with rank
+  // and tensor name). When `stats` is a dict, the AllreduceStats are written into it before the future completes.
+  // The worker holds references to the compressor and the tensor until then. Arguments are checked here (raising in
+  // the caller). The compressor must not be used by another thread while its jobs are pending.
+  nb::object submit(nb::object compressor, nb::object tensor, std::string name, std::string_view op,
+                    std::uint64_t step, std::string_view algorithm, nb::handle segments, nb::object result,
+                    nb::object stats);
+  // Enqueues a Python callable, run with the GIL in order with the other jobs (the fallback for Python codecs); the
+  // future's value is its return value, or its exception.
+  nb::object submit_call(nb::object fn);
+  // Runs the jobs already queued, then ends the thread. Later submits raise CommError. Idempotent.
+  void close();
+
+ private:
+  struct Job;
+  nb::object enqueue(std::unique_ptr<Job> job);
+  void loop();
+  static void run(Job& job, Communicator& comm);
+  static void finish(std::unique_ptr<Job> job);
+
+  nb::object communicator_owner_;
+  Communicator* communicator_ = nullptr;
+  nb::object future_type_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::unique_ptr<Job>> queue_;
+  bool closing_ = false;
+  std::thread thread_;
+};
+
+}  // namespace gradcomp::python

@@ -1,0 +1,40 @@
+// Python bindings of the torch.distributed bridge: TorchCommunicator and ExchangeWorker (see their headers).
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+
+#include "bindings.h"
+
+#if GRADCOMP_PY_HAVE_COLLECTIVES
+#include "exchange_worker.h"
+#include "torch_communicator.h"
+#endif
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace gradcomp::python {
+
+void init_torch(nb::module_& m) {
+#if GRADCOMP_PY_HAVE_COLLECTIVES
+  nb::class_<TorchCommunicator, Communicator>(
+      m, "TorchCommunicator",
+      "A Communicator over a torch.distributed process group, through a gradcomp._torch_comm.ProcessGroupAdapter.")
+      .def(nb::init<nb::object>(), "adapter"_a)
+      .def_prop_ro("adapter", &TorchCommunicator::adapter);
+  nb::class_<ExchangeWorker>(m, "ExchangeWorker",
+                             "One thread per process group running compressed allreduces in submission order.")
+      .def(nb::init<nb::object>(), "communicator"_a)
+      .def("submit", &ExchangeWorker::submit, "compressor"_a, "tensor"_a, "name"_a, "op"_a = "average",
+           "step"_a = 0, "algorithm"_a = "auto", "segments"_a = nb::none(), "result"_a = nb::none(),
+           "stats"_a = nb::none(),
+           "Enqueues an in-place compressed allreduce; returns a torch.futures.Future whose value is `result`.")
+      .def("submit_call", &ExchangeWorker::submit_call, "fn"_a,
+           "Enqueues a Python callable (run with the GIL, in order); returns a torch.futures.Future of its result.")
+      .def("close", &ExchangeWorker::close, "Finishes the queued jobs and ends the thread.");
+#else
+  (void)m;
+#endif
+}
+
+}  // namespace gradcomp::python

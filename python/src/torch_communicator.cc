@@ -1,0 +1,132 @@
+#include "torch_communicator.h"
+
+#include <fmt/format.h>
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+
+#include "gradcomp/error.h"
+
+namespace gradcomp::python {
+namespace {
+
+nb::dlpack::dtype dlpack_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return nb::dtype<float>();
+    case DType::kF16: return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+    case DType::kBF16: return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
+    case DType::kI32: return nb::dtype<std::int32_t>();
+    case DType::kU8: return nb::dtype<std::uint8_t>();
+  }
+  throw InvalidArgument(fmt::format("torch communicator: unsupported dtype {}", static_cast<int>(dtype)));
+}
+
+// A torch tensor viewing `numel` elements at `data` (not owned: valid for the duration of one collective). Needs the
+// GIL.
+nb::object torch_view(const void* data, std::size_t numel, DType dtype, Device device) {
+  alignas(16) static std::byte empty[16];  // torch needs a non-null pointer even for an empty view
+  const std::size_t shape[1] = {numel};
+  nb::ndarray<nb::pytorch> array(numel > 0 ? const_cast<void*>(data) : static_cast<void*>(empty), 1, shape,
+                                 nb::handle(), nullptr, dlpack_dtype(dtype),
+                                 device.is_cuda() ? nb::device::cuda::value : nb::device::cpu::value,
+                                 device.is_cuda() ? device.index : 0);
+  return nb::cast(array, nb::rv_policy::reference);
+}
+
+nb::object byte_view(std::span<const std::byte> bytes) {
+  return torch_view(bytes.data(), bytes.size(), DType::kU8, Device::cpu());
+}
+
+nb::list int_list(std::span<const std::size_t> values) {
+  nb::list out;
+  for (std::size_t v : values) out.append(v);
+  return out;
+}
+
+}  // namespace
+
+TorchCommunicator::TorchCommunicator(nb::object adapter)
+    : adapter_(std::move(adapter)),
+      rank_(nb::cast<int>(adapter_.attr("rank"))),
+      size_(nb::cast<int>(adapter_.attr("size"))),
+      backend_("torch:" + nb::cast<std::string>(adapter_.attr("backend"))),
+      timeout_(static_cast<long long>(nb::cast<double>(adapter_.attr("timeout_s")) * 1000.0)) {}
+
+TorchCommunicator::~TorchCommunicator() {
+  if (!Py_IsInitialized()) {
+    adapter_.release();  // the interpreter is gone: nothing left to release it into
+    return;
+  }
+  nb::gil_scoped_acquire gil;
+  adapter_.reset();
+}
+
+template <typename... Args>
+nb::object TorchCommunicator::call(const char* method, Args&&... args) {
+  try {
+    return adapter_.attr(method)(std::forward<Args>(args)..., static_cast<double>(timeout_.count()) / 1000.0);
+  } catch (nb::python_error& e) {
+    const std::string message = fmt::format("torch communicator ({}), rank {} of {}: {}", backend_, rank_, size_,
+                                            nb::str(e.value()).c_str());
+    if (e.matches(PyExc_TimeoutError)) throw Timeout(message);
+    if (e.matches(PyExc_ValueError)) throw InvalidArgument(message);
+    throw CommError(message);
+  }
+}
+
+void TorchCommunicator::allreduce(const TensorView& inout, ReduceOp op) {
+  nb::gil_scoped_acquire gil;
+  call("allreduce", torch_view(inout.data(), inout.numel(), inout.dtype(), inout.device()),
+       std::string(reduce_op_name(op)));
+}
+
+void TorchCommunicator::allgather(std::span<const std::byte> send, std::span<std::byte> recv) {
+  GRADCOMP_CHECK(recv.size() == send.size() * static_cast<std::size_t>(size_),
+                 "torch communicator allgather on rank {}: recv holds {} bytes, expected {} x {}", rank_, recv.size(),
+                 size_, send.size());
+  nb::gil_scoped_acquire gil;
+  call("allgather", byte_view(send), byte_view(recv));
+}
+
+void TorchCommunicator::allgatherv(std::span<const std::byte> send, std::span<const std::size_t> recv_counts,
+                                   std::span<std::byte> recv) {
+  GRADCOMP_CHECK(recv_counts.size() == static_cast<std::size_t>(size_) &&
+                     recv_counts[static_cast<std::size_t>(rank_)] == send.size(),
+                 "torch communicator allgatherv on rank {}: {} counts for {} ranks, this rank sends {} bytes", rank_,
+                 recv_counts.size(), size_, send.size());
+  nb::gil_scoped_acquire gil;
+  call("allgatherv", byte_view(send), int_list(recv_counts), byte_view(recv));
+}
+
+void TorchCommunicator::alltoallv(std::span<const std::byte> send, std::span<const std::size_t> send_counts,
+                                  std::span<std::byte> recv, std::span<const std::size_t> recv_counts) {
+  GRADCOMP_CHECK(send_counts.size() == static_cast<std::size_t>(size_) &&
+                     recv_counts.size() == static_cast<std::size_t>(size_),
+                 "torch communicator alltoallv on rank {}: {} send and {} recv counts for {} ranks", rank_,
+                 send_counts.size(), recv_counts.size(), size_);
+  nb::gil_scoped_acquire gil;
+  call("alltoallv", byte_view(send), int_list(send_counts), byte_view(recv), int_list(recv_counts));
+}
+
+void TorchCommunicator::broadcast(std::span<std::byte> buffer, int root) {
+  GRADCOMP_CHECK(root >= 0 && root < size_, "torch communicator broadcast on rank {}: root {} is not in [0, {})",
+                 rank_, root, size_);
+  nb::gil_scoped_acquire gil;
+  call("broadcast", byte_view(buffer), root);
+}
+
+void TorchCommunicator::barrier() {
+  nb::gil_scoped_acquire gil;
+  call("barrier");
+}
+
+std::unique_ptr<Communicator> TorchCommunicator::split(int color, int key) {
+  nb::gil_scoped_acquire gil;
+  nb::object child = call("split", color, key);
+  if (child.is_none()) return nullptr;
+  auto out = std::make_unique<TorchCommunicator>(std::move(child));
+  out->set_timeout(timeout_);
+  return out;
+}
+
+}  // namespace gradcomp::python
