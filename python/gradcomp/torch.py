@@ -24,8 +24,8 @@ import torch
 import torch.distributed as dist
 
 from . import _gradcomp as _C
+from . import _torch_comm
 from ._compressors import Compression, CompressionSpec, InvalidArgument, compressor, make_spec  # noqa: F401
-from ._exchange import Exchanger
 from ._gradcomp import CommError, Error, Timeout  # noqa: F401
 
 # Reduction ops, as in horovod.torch.
@@ -38,17 +38,19 @@ Adasum = "adasum"
 # DDP communication hook
 # ---------------------------------------------------------------------------------------------------------------------
 class HookState:
-    """State of gradcomp's DDP comm hook: the compressor (per-parameter residuals keyed by parameter name), the step
-    counter and the process group. ``state_dict()`` / ``load_state_dict()`` checkpoint all of it."""
+    """State of gradcomp's DDP comm hook: the compressor (error feedback keyed by parameter name), the step counter
+    and the process group. ``state_dict()`` / ``load_state_dict()`` checkpoint all of it. ``last_stats`` maps each
+    bucket's name to the AllreduceStats of its latest exchange (``algorithm``: dense, sparse, sra or allgather;
+    ``switched_to_dense``, ``payload_bytes``, ``wire_bytes``, seconds), filled when its future completes."""
 
     def __init__(self, spec, model=None, process_group=None, **params):
         self.compressor = compressor(spec, **params)
         self.process_group = process_group
         self.step = 0
+        self.last_stats = {}
         self._names = {}
         if model is not None:
             self._names = {id(p): name for name, p in model.named_parameters()}
-        self._exchanger = None
 
     def name_of(self, param):
         """Stable name of a parameter: its name in `model`, else the order it was first seen in (identical on every
@@ -60,11 +62,6 @@ class HookState:
             self._names[key] = name
         return name
 
-    def exchanger(self):
-        if self._exchanger is None:
-            self._exchanger = Exchanger(self.compressor, self.process_group, average=True)
-        return self._exchanger
-
     def state_dict(self):
         return {"spec": self.compressor.spec, "step": self.step, "compressor": self.compressor.state_dict()}
 
@@ -73,24 +70,35 @@ class HookState:
         self.step = int(state["step"])
 
 
-def _bucket_items(state, bucket):
+def bucket_segments(state, bucket):
+    """(flat buffer, [(parameter name, offset, numel)]) of a DDP GradBucket."""
     buffer = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
     params = bucket.parameters() if hasattr(bucket, "parameters") else bucket.get_model_params_for_bucket()
-    items = []
+    segments = []
     offset = 0
     for p in params:
-        n = p.numel()
-        items.append((state.name_of(p), buffer[offset:offset + n]))
-        offset += n
+        segments.append((state.name_of(p), offset, p.numel()))
+        offset += p.numel()
     if offset != buffer.numel():
         raise Error(f"gradcomp DDP hook: bucket {bucket.index()} holds {buffer.numel()} elements but its parameters "
                     f"have {offset}; parameters with sparse or non-contiguous gradients are not supported")
-    return buffer, items
+    return buffer, segments
+
+
+def bucket_name(segments):
+    """Name of a bucket's exchange, from the parameters it carries (identical on every rank and after a restart;
+    DDP's rebuilt buckets get their own): keys the codec's random streams."""
+    names = [n for n, _, _ in segments]
+    digest = hashlib.sha1("\0".join(names).encode()).hexdigest()[:8]
+    return f"ddp[{names[0]}..{names[-1]}#{digest}]" if len(names) > 1 else f"ddp[{names[0]}]"
 
 
 def _gradcomp_hook(state, bucket):
-    buffer, items = _bucket_items(state, bucket)
-    fut = state.exchanger().run(items, state.step, result=buffer)
+    buffer, segments = bucket_segments(state, bucket)
+    name = bucket_name(segments)
+    stats = state.last_stats[name] = {}
+    fut = _torch_comm.allreduce_async(state.compressor, buffer, name, state.step, op="average", segments=segments,
+                                      group=state.process_group, result=buffer, stats=stats)
     if bucket.is_last():
         state.step += 1
     return fut
@@ -223,6 +231,7 @@ def _require_init():
 
 def shutdown():
     """Releases the process group (init() may be called again)."""
+    _torch_comm.close_all()
     if _ctx.backend == "torch" and _ctx.owns_process_group and dist.is_initialized():
         dist.destroy_process_group()
     if _ctx.runtime is not None:
@@ -362,7 +371,8 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Backends of DistributedOptimizer: torch.distributed (shared with the hook) or gradcomp's C++ MPI collectives
+# Backends of DistributedOptimizer: torch.distributed (the C++ algorithms over the process group, as the hook) or
+# gradcomp's C++ MPI collectives / fusion runtime
 # ---------------------------------------------------------------------------------------------------------------------
 class _Handle:
     def __init__(self, fut=None):
@@ -387,15 +397,8 @@ class _Backend:
 class _TorchBackend(_Backend):
     kind = "torch"
 
-    def __init__(self):
-        self._exchangers = {}
-
     def allreduce(self, comp, name, flat, step, op):
-        ex = self._exchangers.get(id(comp))
-        if ex is None or ex.compressor is not comp:
-            ex = Exchanger(comp, None, average=(op == Average))
-            self._exchangers[id(comp)] = ex
-        return _Handle(ex.run([(name, flat)], step))
+        return _Handle(_torch_comm.allreduce_async(comp, flat, name, step, op=op))
 
 
 class _RuntimeHandle:

@@ -79,9 +79,8 @@ def loss_of(model, batch):
     return torch.nn.functional.mse_loss(model(x), y)
 
 
-def expected_grads(ref_comps, model, batches, step, world):
-    """Reference aggregation: each rank's local gradient through that rank's own compressor (its own residuals),
-    decoded and averaged, exactly as the DDP hook and the optimizer's torch.distributed backend define it."""
+def local_grads(model, batches, world):
+    """Each rank's local gradient ({parameter name: flat tensor} per rank), computed on copies of `model`."""
     import copy
     local = []
     for r in range(world):
@@ -89,23 +88,62 @@ def expected_grads(ref_comps, model, batches, step, world):
         m.zero_grad()
         loss_of(m, batches[r]).backward()
         local.append({n: p.grad.detach().clone().view(-1) for n, p in m.named_parameters()})
+    return local
+
+
+def reference_allreduce(ref_comps, flats, name, step, segments=None, op="average"):
+    """What gradcomp's C++ compressed_allreduce gives when rank r holds flats[r] and compresses with ref_comps[r]:
+    the same algorithms run over in-process communicators (comm/local, one thread per rank), independent of
+    torch.distributed. Returns every rank's result."""
+    import threading
+    world = len(flats)
+    comms = gradcomp._gradcomp.make_local_communicators(world, 60.0)
+    outs = [f.clone() for f in flats]
+    errors = []
+
+    def run(r):
+        try:
+            gradcomp._gradcomp.compressed_allreduce(comms[r], ref_comps[r]._impl, outs[r], name, op, step, 0,
+                                                    segments)
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return outs
+
+
+def expected_grads(ref_comps, model, batches, step, world):
+    """Reference of per-parameter exchanges (DistributedOptimizer): C++ codecs through reference_allreduce under each
+    parameter's name; Python codecs with Horovod semantics (each rank's payload averaged, decoded with its ctx)."""
+    local = local_grads(model, batches, world)
     expected = {}
     for name, p in model.named_parameters():
+        if not ref_comps[0].is_python:
+            expected[name] = reference_allreduce(ref_comps, [local[r][name] for r in range(world)], name, step)[0]
+            continue
         acc = torch.zeros(p.numel())
-        summable = True
         for r in range(world):
-            c = ref_comps[r]
-            if c.is_python:
-                payload, ctx = c.compress(local[r][name], name=name)
-                acc += c.decompress(payload / world, ctx)
-                continue
-            summable = c.traits["summable"]
-            payload = c.compress(local[r][name], name=name, step=step, rank=r, world_size=world,
-                                 prescale=1.0 / world if summable else 1.0)
-            out = torch.zeros(p.numel())
-            c.decompress(payload, out)
-            acc += out
-        expected[name] = acc if summable else acc / world
+            payload, ctx = ref_comps[r].compress(local[r][name], name=name)
+            acc += ref_comps[r].decompress(payload / world, ctx)
+        expected[name] = acc
+    return expected
+
+
+def expected_bucket_grads(ref_comps, local, buckets, world):
+    """Reference of the DDP hook: every recorded bucket (name, [(parameter, offset, numel)], step) exchanged whole by
+    reference_allreduce with its segments, as the hook hands it to the C++ algorithms; {parameter: gradient}."""
+    expected = {}
+    for name, segments, step in buckets:
+        flats = [torch.cat([local[r][n] for n, _, _ in segments]) for r in range(world)]
+        out = reference_allreduce(ref_comps, flats, name, step, segments)[0]
+        for n, offset, numel in segments:
+            expected[n] = out[offset:offset + numel]
     return expected
 
 

@@ -1,6 +1,8 @@
-"""DDP with gradcomp's comm hook on gloo (2 and 4 ranks, torch.multiprocessing): every step, each parameter's
-averaged gradient equals what gradcomp's codecs produce when each rank's local gradient is compressed (with that
-rank's own residual state) and the results are averaged; the model trains and the ranks stay identical."""
+"""DDP with gradcomp's comm hook on gloo (2, 3 and 4 ranks, torch.multiprocessing): every step, each bucket's averaged
+gradient equals what gradcomp's C++ compressed_allreduce gives for the same bucket, segments and step over in-process
+communicators (an independent transport), with the algorithm the codec's traits call for (dense, sparse with the
+dense switch, scatter-reduce-allgather); Python codecs follow Horovod's semantics. The model trains and the ranks stay
+identical."""
 import os
 
 import pytest
@@ -16,25 +18,52 @@ import helpers
 STEPS = 4
 
 
-def _worker(rank, world, port, specs, bucket_cap_mb):
+def _recording(hook, buckets):
+    """The hook, recording each bucket's (name, segments, step) as gradcomp hands it to compressed_allreduce."""
+    def recording_hook(state, bucket):
+        _, segments = gct.bucket_segments(state, bucket)
+        buckets.append((gct.bucket_name(segments), segments, state.step))
+        return hook(state, bucket)
+    return recording_hook
+
+
+def _expected_algorithm(comp):
+    traits = comp.traits
+    return "dense" if traits["summable"] else "sparse" if traits["gatherable"] else "sra"
+
+
+def _worker(rank, world, port, specs, bucket_cap_mb, switched=None):
+    """switched: {spec: whether every bucket's sparse allreduce must have gone dense}."""
     helpers.init_gloo(rank, world, port)
     helpers.register_python_codec()
     for spec in specs:
         model = helpers.make_model()
         ddp = DDP(model, bucket_cap_mb=bucket_cap_mb)
         state, hook = gct.ddp_comm_hook(spec, model=model)
-        ddp.register_comm_hook(state, hook)
+        buckets = []
+        ddp.register_comm_hook(state, _recording(hook, buckets))
         ref_comps = [gradcomp.compressor(spec) for _ in range(world)]
         opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
         losses = []
         calls_before = helpers.HalfPrecision.calls
         for step in range(STEPS):
             batches = [helpers.make_batch(step, r) for r in range(world)]
-            expected = helpers.expected_grads(ref_comps, model, batches, step, world)
             opt.zero_grad()
+            buckets.clear()
             loss = helpers.loss_of(ddp, batches[rank])
             loss.backward()
             losses.append(float(loss))
+            if spec == "pyhalf":
+                expected = helpers.expected_grads(ref_comps, model, batches, step, world)
+            else:
+                local = helpers.local_grads(model, batches, world)
+                expected = helpers.expected_bucket_grads(ref_comps, local, buckets, world)
+                # The C++ algorithm the codec's traits call for ran on every bucket.
+                for name, _, _ in buckets:
+                    stats = state.last_stats[name]
+                    assert stats["algorithm"] == _expected_algorithm(state.compressor), f"{spec} {name}: {stats}"
+                    if switched is not None and spec in switched:
+                        assert stats["switched_to_dense"] == switched[spec], f"{spec} {name}: {stats}"
             helpers.assert_grads_match(model, expected, spec, rank, step)
             opt.step()
         assert state.step == STEPS, f"{spec}: hook counted {state.step} steps, expected {STEPS}"
@@ -57,6 +86,16 @@ def _run(world, bucket_cap_mb):
     helpers.register_python_codec()
     specs = helpers.available_specs() + ["pyhalf"]
     mp.spawn(_worker, args=(world, helpers.rendezvous(), specs, bucket_cap_mb), nprocs=world, join=True)
+
+
+def test_ddp_hook_cpp_algorithms_2_ranks():
+    """The hook runs the C++ algorithms on gloo: scatter-reduce-allgather for QSGD and 1-bit, the sparse allreduce
+    for top-k, staying sparse at 1% (one 2372-value bucket) and switching to dense at 60% (the two ranks' pairs
+    outweigh a dense float32 sum); results equal the in-process reference and are identical on both ranks."""
+    names = {c["name"] for c in gradcomp.list_compressors()}
+    switched = {"topk:ratio=0.01": False, "topk:ratio=0.6": True}
+    specs = [s for s in ("qsgd", "onebit", *switched) if s.split(":")[0] in names]
+    mp.spawn(_worker, args=(2, helpers.rendezvous(), specs, 25, switched), nprocs=2, join=True)
 
 
 def test_ddp_hook_2_ranks():
@@ -99,22 +138,25 @@ def _train_worker(rank, world, port, spec):
 def _split_sum_worker(rank, world, port, specs):
     """Half-precision codecs through the split sum (all_to_all + float32 sum + all_gather), forced for every bucket
     size; 3 ranks so the chunks do not divide the buckets evenly."""
-    from gradcomp import _exchange
+    from gradcomp import _torch_comm
     helpers.init_gloo(rank, world, port)
-    _exchange.SPLIT_SUM_MIN_BYTES = 0
+    _torch_comm.SPLIT_SUM_MIN_BYTES = 0
     for spec in specs:
         model = helpers.make_model()
         ddp = DDP(model, bucket_cap_mb=0.004)
         state, hook = gct.ddp_comm_hook(spec, model=model)
-        ddp.register_comm_hook(state, hook)
+        buckets = []
+        ddp.register_comm_hook(state, _recording(hook, buckets))
         ref_comps = [gradcomp.compressor(spec) for _ in range(world)]
         opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
         for step in range(3):
             batches = [helpers.make_batch(step, r) for r in range(world)]
-            expected = helpers.expected_grads(ref_comps, model, batches, step, world)
             opt.zero_grad()
+            buckets.clear()
             helpers.loss_of(ddp, batches[rank]).backward()
-            assert state.exchanger().split_sum_min_bytes == 0
+            assert _torch_comm.exchange_for(None).comm.adapter.split_sum_min_bytes == 0
+            expected = helpers.expected_bucket_grads(ref_comps, helpers.local_grads(model, batches, world), buckets,
+                                                     world)
             helpers.assert_grads_match(model, expected, spec, rank, step)
             opt.step()
         flat = torch.cat([p.grad.view(-1) for p in model.parameters()])
