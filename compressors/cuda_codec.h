@@ -65,7 +65,9 @@ class CudaCodec {
 // The CUDA backend of `codec` configured by `params` (as the CPU codec parsed them), or null when it has none.
 std::unique_ptr<CudaCodec> make_cuda_codec(payload::CodecId codec, const Params& params);
 
-// Copies `header` (64 bytes) to device memory `out` and zeroes the padding between its sections.
+// Writes `header` (64 bytes) to device memory `out` and zeroes the padding between its sections, enqueued on
+// `stream`. The bytes travel as a kernel argument: no host buffer has to outlive the call (a cudaMemcpyAsync from
+// pageable stack memory would be staged synchronously, or read after the frame is gone if it ever were pinned).
 void write_header_device(const payload::Header& header, std::byte* out, cudaStream_t stream);
 
 }  // namespace gradcomp

@@ -25,13 +25,20 @@ struct DeviceTensorState {
   // current[b] / next[b]: buffer b (0 = residual, empty when ef=off) and where encode() writes its new value.
   std::vector<kernels::DeviceBuffer> current, next;
   bool device_newer = false;
+  // The end of the last compress that wrote the buffers (its nonfinite=pass reset runs after the call returns):
+  // a compress on another stream waits for it on the device, a copy to the host waits for it on the host.
+  kernels::StreamMark written;
 };
 
+// Per-device scratch, shared by every tensor and stream of one compressor. A call on stream B may start while one
+// on stream A still reads it (decompress returns with its kernels queued), so each call first orders its stream
+// after `released` (the end of the previous call's use) and records it again when it is done.
 struct DeviceScratch {
   kernels::DeviceBuffer workspace;    // codec workspace (two-phase: sized by CudaCodec::workspace_bytes)
   kernels::DeviceBuffer counters;     // kernels::DeviceCounters + the decode error flag
   kernels::DeviceBuffer values;       // f32 copy of an f16/bf16 gradient or output
   kernels::DeviceBuffer staging;      // a host payload staged for a device decode
+  kernels::StreamMark released;
 };
 
 class CudaPath {

@@ -35,13 +35,33 @@ bool is_device_memory(const void* pointer) {
 
 constexpr std::size_t kCounterBytes = 256;  // DeviceCounters, then the decode error flag at offset 128
 
+// Marks the end of this call's use of the per-device scratch when the call leaves, by return or by exception, so
+// the next call on another stream waits for the kernels this one queued.
+class ScratchUse {
+ public:
+  ScratchUse(DeviceScratch& scratch, cudaStream_t stream) : scratch_(scratch), stream_(stream) {
+    scratch_.released.order_before(stream_);
+  }
+  ~ScratchUse() {
+    try {
+      scratch_.released.record(stream_);
+    } catch (...) {  // a failing CUDA context: the error that got us here is the one to report
+    }
+  }
+  ScratchUse(const ScratchUse&) = delete;
+  ScratchUse& operator=(const ScratchUse&) = delete;
+
+ private:
+  DeviceScratch& scratch_;
+  cudaStream_t stream_;
+};
+
 }  // namespace
 
 void write_header_device(const payload::Header& header, std::byte* out, cudaStream_t stream) {
   std::array<std::byte, payload::kHeaderBytes> bytes{};
   payload::encode_header(header, bytes);
-  // A pageable source: cudaMemcpyAsync returns once `bytes` has been staged, so the local array may go away.
-  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(out, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream));
+  kernels::launch_write_bytes(out, bytes.data(), bytes.size(), stream);
   for (std::size_t i = 0; i + 1 < header.section_count; ++i) {
     const std::size_t end = payload::section_offset(header, i) + header.section_bytes[i];
     const std::size_t pad = payload::align_up(header.section_bytes[i]) - header.section_bytes[i];
@@ -56,6 +76,9 @@ void ErrorFeedbackCompressor::sync_to_host(std::string_view name, bool drop_devi
     auto it = states_.find(tensor);
     GRADCOMP_ASSERT(it != states_.end(), "device state of '{}' has no host state", tensor);
     kernels::DeviceGuard guard(dstate.device);
+    // The last compress may still run on a non-blocking user stream (nonfinite=pass resets the state after that
+    // call's synchronization), which cudaMemcpy on the legacy stream would not wait for.
+    dstate.written.wait_host();
     for (std::size_t b = 0; b < dstate.current.size(); ++b) {
       auto& host = it->second.buffers[b];
       if (!dstate.current[b].data()) {
@@ -150,8 +173,10 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
     dev_it = cuda_->states.emplace(std::string(ctx.name), std::move(dstate)).first;
   }
   DeviceTensorState& dstate = dev_it->second;
+  dstate.written.order_before(stream);  // the last compress of this tensor may have run on another stream
 
   DeviceScratch& scratch = cuda_->scratch[device];
+  const ScratchUse scratch_use(scratch, stream);
   scratch.counters.reserve(kCounterBytes);
   scratch.workspace.reserve(std::max<std::size_t>(codec.workspace_bytes(n), 256));
   const float* values = static_cast<const float*>(grad.data());
@@ -253,6 +278,7 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
     if (next[b]) dstate.current[b].swap(dstate.next[b]);
   }
   dstate.device_newer = true;
+  dstate.written.record(stream);
   ++state.steps;
   stats_.payload_bytes = size;
   return size;
@@ -272,19 +298,23 @@ void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::byte> bytes, 
   kernels::DeviceGuard guard(device);
   auto stream = static_cast<cudaStream_t>(out.stream());
   DeviceScratch& scratch = cuda_->scratch[device];
+  const ScratchUse scratch_use(scratch, stream);
   const std::size_t n = out.numel();
 
-  // The payload may be host memory (e.g. received by MPI into a host buffer): stage it on the device.
+  // The payload may be host memory (e.g. received by MPI into a host buffer): stage it on the device, and read the
+  // header from the host copy (no synchronization). A device payload's header is read back (one synchronization).
   const std::byte* device_bytes = bytes.data();
+  std::array<std::byte, payload::kHeaderBytes> prefix{};
   if (!is_device_memory(bytes.data())) {
     scratch.staging.reserve(bytes.size());
     GRADCOMP_CUDA_CHECK(
         cudaMemcpyAsync(scratch.staging.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream));
     device_bytes = scratch.staging.as<const std::byte>();
+    std::memcpy(prefix.data(), bytes.data(), prefix.size());
+  } else {
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(prefix.data(), device_bytes, prefix.size(), cudaMemcpyDeviceToHost, stream));
+    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
-  std::array<std::byte, payload::kHeaderBytes> prefix{};
-  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(prefix.data(), device_bytes, prefix.size(), cudaMemcpyDeviceToHost, stream));
-  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
   payload::View view;
   view.header = payload::decode_header(prefix, bytes.size());
   GRADCOMP_CHECK_AS(CorruptPayload, view.header.codec == codec_,

@@ -17,6 +17,8 @@
 #include "compressors/randomk.h"
 #include "compressors/sparse_payload.h"
 #include "gradcomp/error.h"
+#include "kernels/common_cuda.h"
+#include "kernels/cuda_buffer.h"
 #include "kernels/cuda_check.h"
 #include "kernels/sparse_cuda.h"
 #include "kernels/sparsify_ops.cuh"
@@ -127,20 +129,17 @@ class RandomKCudaCodec final : public CudaCodec {
     const payload::Header header = sparse::randomk_header(n, args.original_dtype, k);
     write_header_device(header, out, args.stream);
     const std::uint64_t stream_words[4] = {seed_, args.tensor_key, args.ctx->step, k};
-    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(out + payload::section_offset(header, 0), stream_words, sizeof(stream_words),
-                                        cudaMemcpyHostToDevice, args.stream));
+    kernels::launch_write_bytes(out + payload::section_offset(header, 0), stream_words, sizeof(stream_words),
+                                args.stream);
     const bool ef = args.buffers[0] != nullptr;
     kernels::launch_ef_accumulate(args.grad, args.buffers[0], ef ? args.next[0] : nullptr, n, args.counters,
                                   args.stream);
     auto* device_indices = static_cast<std::int32_t*>(args.workspace);
-    if (k > 0) {
-      GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(device_indices, indices_.data(), k * sizeof(std::int32_t),
-                                          cudaMemcpyHostToDevice, args.stream));
-    }
+    upload_indices(device_indices, k, args.stream);
     kernels::launch_sparse_gather(ef ? args.next[0] : args.grad, device_indices, k, args.ctx->prescale, false,
                                   out + payload::section_offset(header, 1), ef ? args.next[0] : nullptr,
                                   args.counters, args.stream);
-    // indices_ must outlive the asynchronous copy: the caller synchronizes the stream before the next encode.
+    // pinned_ is rewritten only after the caller's stream synchronization (compress_cuda reads the counters).
     stats.selected = k;
     return payload::total_bytes(header);
   }
@@ -167,20 +166,29 @@ class RandomKCudaCodec final : public CudaCodec {
                       k, header.param1, sections[1].size(), numel);
     randomk_indices(stream_words[0], stream_words[1], stream_words[2], numel, k, indices_);
     auto* device_indices = static_cast<std::int32_t*>(args.workspace);
-    if (k > 0) {
-      GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(device_indices, indices_.data(), k * sizeof(std::int32_t),
-                                          cudaMemcpyHostToDevice, args.stream));
-    }
+    upload_indices(device_indices, k, args.stream);
     kernels::launch_sparse_scatter(device_indices, sections[1].data(), false, k, args.out, numel, args.accumulate,
                                    args.stream);
-    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(args.stream));  // indices_ is reused by the next call
+    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(args.stream));  // pinned_ is rewritten by the next call
   }
 
  private:
   static constexpr std::size_t kStreamSectionBytes = sparse::kRandomKStreamBytes;
+
+  // Copies indices_[0, k) to the device through page-locked memory (a copy from the pageable vector would be staged
+  // synchronously by the driver, serializing the host with the stream).
+  void upload_indices(std::int32_t* device_indices, std::size_t k, cudaStream_t stream) {
+    if (k == 0) return;
+    pinned_.reserve(k * sizeof(std::int32_t));
+    std::memcpy(pinned_.as<void>(), indices_.data(), k * sizeof(std::int32_t));
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(device_indices, pinned_.as<void>(), k * sizeof(std::int32_t),
+                                        cudaMemcpyHostToDevice, stream));
+  }
+
   double ratio_;
   std::uint64_t seed_;
   std::vector<std::uint32_t> indices_;
+  kernels::PinnedBuffer pinned_;
 };
 
 // blocktopk: block norms (one sequential fmaf chain per block, as on the CPU), the exact radix select of topk over
@@ -209,6 +217,8 @@ class BlockTopKCudaCodec final : public CudaCodec {
     void* select_workspace = base + keys_bytes(blocks) + 256;
     const bool ef = args.buffers[0] != nullptr;
     const float* values = ef ? args.next[0] : args.grad;
+    // The select's counters (non-finite keys, never read) must not be uninitialized memory (initcheck).
+    GRADCOMP_CUDA_CHECK(cudaMemsetAsync(scratch_counters, 0, sizeof(kernels::DeviceCounters), args.stream));
     kernels::launch_block_norms(args.grad, args.buffers[0], ef ? args.next[0] : nullptr, n, block_, keys,
                                 args.counters, args.stream);
     auto* ids = reinterpret_cast<std::int32_t*>(out + payload::kHeaderBytes);
@@ -318,6 +328,8 @@ class DgcCudaCodec final : public CudaCodec {
     auto* clip_scale = reinterpret_cast<float*>(base + l.scale);
     auto* scratch_counters = reinterpret_cast<kernels::DeviceCounters*>(base + l.counters);
     auto* v_scratch = reinterpret_cast<float*>(base + l.v_scratch);
+    // Counters of the selects and the masking gather (never read) must not be uninitialized memory (initcheck).
+    GRADCOMP_CUDA_CHECK(cudaMemsetAsync(scratch_counters, 0, sizeof(kernels::DeviceCounters), args.stream));
 
     // The non-finite "skip" path has no residual: the CPU accumulates into zeros then.
     const float* v_in = args.buffers[0];

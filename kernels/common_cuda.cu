@@ -1,5 +1,7 @@
 #include "kernels/common_cuda.h"
 
+#include <cstring>
+
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_reduce.cuh"
 #include "kernels/half_ops.cuh"
@@ -41,6 +43,14 @@ __global__ void zero_nonfinite_kernel(float* values, std::size_t n) {
   }
 }
 
+struct SmallBlock {
+  unsigned char bytes[kMaxWriteBytes];
+};
+
+__global__ void write_bytes_kernel(unsigned char* out, SmallBlock block, unsigned count) {
+  if (threadIdx.x < count) out[threadIdx.x] = block.bytes[threadIdx.x];
+}
+
 }  // namespace
 
 unsigned grid_for(std::size_t work_items, unsigned threads) {
@@ -74,6 +84,17 @@ void launch_count_nonfinite(const float* values, std::size_t n, DeviceCounters* 
 void launch_zero_nonfinite(float* values, std::size_t n, cudaStream_t stream) {
   if (n == 0) return;
   zero_nonfinite_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(values, n);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_write_bytes(void* out, const void* bytes, std::size_t count, cudaStream_t stream) {
+  // (gradcomp/error.h's fmt does not compile under nvcc: report an oversized block as CUDA's invalid value.)
+  GRADCOMP_CUDA_CHECK(count <= kMaxWriteBytes ? cudaSuccess : cudaErrorInvalidValue);
+  if (count == 0) return;
+  SmallBlock block{};
+  std::memcpy(block.bytes, bytes, count);
+  write_bytes_kernel<<<1, kMaxWriteBytes, 0, stream>>>(static_cast<unsigned char*>(out), block,
+                                                       static_cast<unsigned>(count));
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 

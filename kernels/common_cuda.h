@@ -24,4 +24,12 @@ void launch_count_nonfinite(const float* values, std::size_t n, DeviceCounters* 
 // Sets every NaN/Inf among n values to zero.
 void launch_zero_nonfinite(float* values, std::size_t n, cudaStream_t stream);
 
+// Largest block launch_write_bytes takes.
+inline constexpr std::size_t kMaxWriteBytes = 128;
+// Writes bytes[0, count) (host memory, count <= kMaxWriteBytes) to device memory `out`, in stream order. The bytes
+// are passed by value as a kernel argument, so `bytes` may be a stack buffer that goes away when this returns (no
+// pageable-memory copy, no pinned buffer to keep alive). For headers and other small host-made records. Throws
+// CudaError (invalid value) when count > kMaxWriteBytes.
+void launch_write_bytes(void* out, const void* bytes, std::size_t count, cudaStream_t stream);
+
 }  // namespace gradcomp::kernels

@@ -43,6 +43,50 @@ void DeviceBuffer::swap(DeviceBuffer& other) noexcept {
   std::swap(bytes_, other.bytes_);
 }
 
+void* PinnedBuffer::reserve(std::size_t bytes) {
+  if (bytes <= bytes_) return data_;
+  release();
+  void* data = nullptr;
+  GRADCOMP_CUDA_CHECK(cudaMallocHost(&data, bytes));
+  data_ = data;
+  bytes_ = bytes;
+  return data_;
+}
+
+void PinnedBuffer::release() noexcept {
+  if (data_) (void)cudaFreeHost(data_);
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+void PinnedBuffer::swap(PinnedBuffer& other) noexcept {
+  std::swap(data_, other.data_);
+  std::swap(bytes_, other.bytes_);
+}
+
+StreamMark::~StreamMark() {
+  if (event_) (void)cudaEventDestroy(event_);
+}
+
+void StreamMark::record(cudaStream_t stream) {
+  if (!event_) GRADCOMP_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+  GRADCOMP_CUDA_CHECK(cudaEventRecord(event_, stream));
+  recorded_ = true;
+}
+
+void StreamMark::order_before(cudaStream_t stream) const {
+  if (recorded_) GRADCOMP_CUDA_CHECK(cudaStreamWaitEvent(stream, event_, 0));
+}
+
+void StreamMark::wait_host() const {
+  if (recorded_) GRADCOMP_CUDA_CHECK(cudaEventSynchronize(event_));
+}
+
+void StreamMark::swap(StreamMark& other) noexcept {
+  std::swap(event_, other.event_);
+  std::swap(recorded_, other.recorded_);
+}
+
 void* WorkspaceCarver::take_bytes(std::size_t bytes) {
   constexpr std::size_t kAlign = 256;
   const std::size_t offset = (used_ + kAlign - 1) / kAlign * kAlign;

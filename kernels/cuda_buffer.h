@@ -56,6 +56,66 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
+// Page-locked host memory (cudaMallocHost), freed by the destructor. Move-only; reserve() only ever grows it. A
+// host-to-device cudaMemcpyAsync from it is truly asynchronous, so the owner must not rewrite the bytes before the
+// copy has run (the CUDA path reuses it only after a stream synchronization).
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  ~PinnedBuffer() { release(); }
+  PinnedBuffer(PinnedBuffer&& other) noexcept { swap(other); }
+  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      swap(other);
+    }
+    return *this;
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+
+  // Ensures at least `bytes` bytes; when it must grow, the old contents are lost. Throws CudaError on failure.
+  void* reserve(std::size_t bytes);
+  void release() noexcept;
+  void swap(PinnedBuffer& other) noexcept;
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+// A CUDA event (timing disabled) that marks where a stream last used a resource, so that work on another stream, or
+// the host, waits for exactly that point. Created lazily on the current device by the first record(). Move-only.
+class StreamMark {
+ public:
+  StreamMark() = default;
+  ~StreamMark();
+  StreamMark(StreamMark&& other) noexcept { swap(other); }
+  StreamMark& operator=(StreamMark&& other) noexcept {
+    swap(other);
+    return *this;
+  }
+  StreamMark(const StreamMark&) = delete;
+  StreamMark& operator=(const StreamMark&) = delete;
+
+  // Marks the current end of `stream`'s work.
+  void record(cudaStream_t stream);
+  // Makes `stream` wait (on the device, the host does not block) for the marked point; a no-op before the first
+  // record() (and, on the stream that recorded it, already implied by stream order).
+  void order_before(cudaStream_t stream) const;
+  // Blocks the host until the marked point has run; a no-op before the first record().
+  void wait_host() const;
+  void swap(StreamMark& other) noexcept;
+
+ private:
+  cudaEvent_t event_ = nullptr;
+  bool recorded_ = false;
+};
+
 // Carves aligned pieces out of one workspace block. With a null base it only counts (the CUB-style size query:
 // call once with null to learn the bytes, then again with a block of that size).
 class WorkspaceCarver {

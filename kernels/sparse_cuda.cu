@@ -1,5 +1,6 @@
 #include "kernels/sparse_cuda.h"
 
+#include <cub/block/block_scan.cuh>
 #include <cub/device/device_select.cuh>
 #include <thrust/iterator/counting_iterator.h>
 
@@ -103,20 +104,36 @@ __global__ void __launch_bounds__(kThreads) radix_histogram_kernel(const float* 
   }
 }
 
-// Finds the bin holding the k_remaining-th largest key (scanning from the top bin) and extends the prefix. One
-// thread: at most 2048 bins.
-__global__ void pick_bin_kernel(const std::uint32_t* hist, unsigned bins, int width, TopkSelectState* state) {
-  std::uint32_t cumulative = 0;
-  const std::uint32_t want = state->k_remaining;
-  for (int b = static_cast<int>(bins) - 1; b >= 0; --b) {
-    const std::uint32_t count = hist[b];
-    if (cumulative + count >= want) {
-      state->prefix = (state->prefix << width) | static_cast<std::uint32_t>(b);
-      state->k_remaining = want - cumulative;
-      state->bin_count = count;
-      return;
+// Finds the bin holding the want-th largest key and extends the prefix: the highest bin b whose suffix count
+// S(b) = hist[b] + hist[b+1] + ... reaches `want`. One block of kPickThreads threads computes the suffix counts as an
+// inclusive scan of the bins in descending order (thread t owns descending positions [t*kItems, (t+1)*kItems)), and
+// the one thread owning the position where the running count first reaches `want` writes the result. The first pass
+// takes k as an argument (prefix 0), so nothing is copied from the host to start a select.
+constexpr unsigned kPickThreads = 256;
+template <int Pass>
+__global__ void __launch_bounds__(kPickThreads) pick_bin_kernel(const std::uint32_t* hist, std::uint32_t k,
+                                                                TopkSelectState* state) {
+  constexpr unsigned kBins = 1u << width_of(Pass);
+  constexpr unsigned kItems = kBins / kPickThreads;
+  using Scan = cub::BlockScan<std::uint32_t, kPickThreads>;
+  __shared__ typename Scan::TempStorage temp;
+  const std::uint32_t want = Pass == 0 ? k : state->k_remaining;
+  const std::uint32_t prefix = Pass == 0 ? 0u : state->prefix;
+  std::uint32_t counts[kItems], suffix[kItems];
+#pragma unroll
+  for (unsigned j = 0; j < kItems; ++j) counts[j] = hist[kBins - 1 - (threadIdx.x * kItems + j)];
+  Scan(temp).InclusiveSum(counts, suffix);  // synchronizes the block: every thread has read the state by now
+#pragma unroll
+  for (unsigned j = 0; j < kItems; ++j) {
+    const unsigned position = threadIdx.x * kItems + j;
+    const std::uint32_t before = suffix[j] - counts[j];
+    // want == 0 (never asked for) takes the top bin, as a serial walk from the top would.
+    if (suffix[j] >= want && (before < want || position == 0)) {
+      const unsigned b = kBins - 1 - position;
+      state->prefix = (prefix << width_of(Pass)) | b;
+      state->k_remaining = want - before;
+      state->bin_count = counts[j];
     }
-    cumulative += count;
   }
 }
 
@@ -292,23 +309,22 @@ TopkThreshold topk_threshold(const float* grad, const float* residual, float* va
   auto* base = static_cast<std::byte*>(workspace);
   auto* hist = reinterpret_cast<std::uint32_t*>(base + kHistOffset);
   auto* state = reinterpret_cast<TopkSelectState*>(base + kStateOffset);
-  const TopkSelectState initial{0u, static_cast<std::uint32_t>(k), 0u, 0u};
-  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(state, &initial, sizeof(initial), cudaMemcpyHostToDevice, stream));
+  const auto k32 = static_cast<std::uint32_t>(k);
   const unsigned blocks = grid_for(n, kThreads);
   GRADCOMP_CUDA_CHECK(cudaMemsetAsync(hist, 0, kMaxBins * sizeof(std::uint32_t), stream));
   radix_histogram_kernel<0><<<blocks, kThreads, 0, stream>>>(grad, residual, values, n, state, hist, counters);
   GRADCOMP_CUDA_LAUNCH_CHECK();
-  pick_bin_kernel<<<1, 1, 0, stream>>>(hist, 1u << width_of(0), width_of(0), state);
+  pick_bin_kernel<0><<<1, kPickThreads, 0, stream>>>(hist, k32, state);
   GRADCOMP_CUDA_LAUNCH_CHECK();
   GRADCOMP_CUDA_CHECK(cudaMemsetAsync(hist, 0, kMaxBins * sizeof(std::uint32_t), stream));
   radix_histogram_kernel<1><<<blocks, kThreads, 0, stream>>>(nullptr, nullptr, values, n, state, hist, counters);
   GRADCOMP_CUDA_LAUNCH_CHECK();
-  pick_bin_kernel<<<1, 1, 0, stream>>>(hist, 1u << width_of(1), width_of(1), state);
+  pick_bin_kernel<1><<<1, kPickThreads, 0, stream>>>(hist, k32, state);
   GRADCOMP_CUDA_LAUNCH_CHECK();
   GRADCOMP_CUDA_CHECK(cudaMemsetAsync(hist, 0, kMaxBins * sizeof(std::uint32_t), stream));
   radix_histogram_kernel<2><<<blocks, kThreads, 0, stream>>>(nullptr, nullptr, values, n, state, hist, counters);
   GRADCOMP_CUDA_LAUNCH_CHECK();
-  pick_bin_kernel<<<1, 1, 0, stream>>>(hist, 1u << width_of(2), width_of(2), state);
+  pick_bin_kernel<2><<<1, kPickThreads, 0, stream>>>(hist, k32, state);
   GRADCOMP_CUDA_LAUNCH_CHECK();
   TopkSelectState result{};
   GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&result, state, sizeof(result), cudaMemcpyDeviceToHost, stream));
