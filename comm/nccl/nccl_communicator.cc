@@ -1,7 +1,10 @@
 // comm/nccl: NCCL backend. The communicator is created non-blocking (ncclConfig_t.blocking = 0) from a unique id
 // broadcast through a bootstrap Communicator; every operation is enqueued on a CUDA stream (the tensor's stream for
-// allreduce, the communicator's own stream for the byte-span calls) and completed by polling cudaStreamQuery and
-// ncclCommGetAsyncError until the deadline; past it the communicator is aborted (ncclCommAbort) and Timeout thrown.
+// allreduce, the communicator's own stream for the byte-span calls). A non-blocking communicator may return from a
+// call (ncclInProgress) before the operation is even on the stream, so completion is two polls under one deadline:
+// ncclCommGetAsyncError until the call has left ncclInProgress (the work is enqueued), then cudaStreamQuery until the
+// stream has run it (checking the async error as well). Past the deadline the communicator is aborted
+// (ncclCommAbort) and Timeout thrown. Split and destruction (ncclCommFinalize) are polled the same way.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -89,8 +92,32 @@ class NcclCommunicator final : public Communicator {
     cuda_check(cudaSetDevice(device_), "cudaSetDevice", rank_);
     cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate", rank_);
   }
+  // Finalizes (flushes outstanding operations; non-blocking, so polled under the timeout), then destroys; aborts
+  // instead when finalizing fails or times out. Never throws.
   ~NcclCommunicator() override {
-    if (!aborted_) ncclCommDestroy(comm_);
+    if (!aborted_) {
+      (void)cudaSetDevice(device_);
+      ncclResult_t result = ncclCommFinalize(comm_);
+      const auto start = std::chrono::steady_clock::now();
+      while (result == ncclSuccess || result == ncclInProgress) {
+        ncclResult_t state = ncclSuccess;
+        if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) break;
+        if (state != ncclInProgress) {
+          result = state;
+          break;
+        }
+        if (std::chrono::steady_clock::now() - start > timeout_) {
+          result = ncclInProgress;
+          break;
+        }
+        std::this_thread::yield();
+      }
+      if (result == ncclSuccess) {
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
+    }
     cudaStreamDestroy(stream_);
   }
 
@@ -196,7 +223,11 @@ class NcclCommunicator final : public Communicator {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t child = nullptr;
+    cuda_check(cudaSetDevice(device_), "cudaSetDevice", rank_);
     check(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config), "ncclCommSplit");
+    // The parent is non-blocking too: the split may still be in progress on it (also on a rank that takes no part
+    // and gets no child), and it must not be used for anything else before it is done.
+    wait_ready(comm_, "ncclCommSplit (parent)");
     if (child == nullptr) return nullptr;
     wait_ready(child, "ncclCommSplit");
     return std::make_unique<NcclCommunicator>(child, device_, timeout_);
@@ -209,19 +240,24 @@ class NcclCommunicator final : public Communicator {
                                 ncclGetErrorString(result), ncclGetLastError(comm_)));
   }
 
-  // Polls a non-blocking communicator until its pending initialization/split is done.
+  // Polls a non-blocking communicator until its pending initialization/split is done. On failure or past the
+  // deadline it aborts `comm` (marking this communicator aborted when `comm` is its own) and throws.
   void wait_ready(ncclComm_t comm, std::string_view what) {
     const auto start = std::chrono::steady_clock::now();
     while (true) {
       ncclResult_t state = ncclSuccess;
-      ncclCommGetAsyncError(comm, &state);
+      const ncclResult_t query = ncclCommGetAsyncError(comm, &state);
+      if (query != ncclSuccess) state = query;
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) {
+        ncclCommAbort(comm);
+        if (comm == comm_) aborted_ = true;
         throw CommError(fmt::format("nccl communicator: {} failed on rank {}: {}", what, rank_,
                                     ncclGetErrorString(state)));
       }
       if (std::chrono::steady_clock::now() - start > timeout_) {
         ncclCommAbort(comm);
+        if (comm == comm_) aborted_ = true;
         throw Timeout(fmt::format("nccl communicator: {} timed out on rank {} after {} ms", what, rank_,
                                   comm::ms_since(start)));
       }
@@ -237,24 +273,32 @@ class NcclCommunicator final : public Communicator {
     cuda_check(cudaSetDevice(device_), "cudaSetDevice", rank_);
     check(launch(stream), op);
     const auto start = std::chrono::steady_clock::now();
+    // Phase 1 (enqueued): while the call is ncclInProgress the stream may not hold the operation yet, so an empty
+    // stream would look finished while NCCL still reads and writes the buffers. Phase 2 (ran): the stream.
+    bool enqueued = false;
     for (unsigned spins = 0;; ++spins) {
-      const cudaError_t status = cudaStreamQuery(stream);
-      if (status == cudaSuccess) return;
-      if (status != cudaErrorNotReady) cuda_check(status, fmt::format("{} (cudaStreamQuery)", op), rank_);
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
+      const ncclResult_t query = ncclCommGetAsyncError(comm_, &async);
+      if (query != ncclSuccess) async = query;
       if (async != ncclSuccess && async != ncclInProgress) {
         ncclCommAbort(comm_);
         aborted_ = true;
         throw CommError(fmt::format("nccl communicator: {} of {} bytes failed on rank {} of {}: {}", op, bytes, rank_,
                                     size_, ncclGetErrorString(async)));
       }
+      enqueued = enqueued || async == ncclSuccess;
+      if (enqueued) {
+        const cudaError_t status = cudaStreamQuery(stream);
+        if (status == cudaSuccess) return;
+        if (status != cudaErrorNotReady) cuda_check(status, fmt::format("{} (cudaStreamQuery)", op), rank_);
+      }
       if (std::chrono::steady_clock::now() - start > timeout_) {
         ncclCommAbort(comm_);
         aborted_ = true;
         throw Timeout(fmt::format("nccl communicator: {} of {} bytes timed out on rank {} of {} after {} ms (limit {} "
-                                  "ms); the communicator was aborted",
-                                  op, bytes, rank_, size_, comm::ms_since(start), timeout_.count()));
+                                  "ms, {}); the communicator was aborted",
+                                  op, bytes, rank_, size_, comm::ms_since(start), timeout_.count(),
+                                  enqueued ? "enqueued, the stream did not finish" : "still being enqueued"));
       }
       if (spins > 256) std::this_thread::yield();
     }
