@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "comm/algorithms/buffer_pool.h"
+#include "comm/algorithms/memory_space.h"
 #include "gradcomp/collectives.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/compressor.h"
@@ -18,9 +18,11 @@
 
 namespace gradcomp::algorithms {
 
-// One compressed allreduce in progress. `tensor` is a host tensor.
+// One compressed allreduce in progress. `tensor` and every working buffer live in `space` (host memory, or the
+// tensor's CUDA device when the communicator takes device memory).
 struct Call {
   Communicator& comm;
+  MemorySpace& space;
   Compressor& compressor;
   TensorView tensor;
   std::string_view name;
@@ -46,32 +48,6 @@ void verify_agreement(Communicator& comm, const Compressor& compressor, const Te
 
 // ---- helpers ----
 
-// A byte buffer that is not zero-filled on allocation (payload buffers are large and written by the codec). Large
-// blocks come from and return to the per-thread pool of buffer_pool.h.
-class Bytes {
- public:
-  explicit Bytes(std::size_t capacity) : block_(acquire_block(capacity)), size_(capacity) {}
-  Bytes(Bytes&&) noexcept = default;
-  Bytes& operator=(Bytes&& other) noexcept {
-    release_block(std::move(block_));
-    block_ = std::move(other.block_);
-    size_ = other.size_;
-    return *this;
-  }
-  ~Bytes() { release_block(std::move(block_)); }
-  std::byte* data() const { return block_.data.get(); }
-  std::size_t size() const { return size_; }
-  void shrink(std::size_t size) { size_ = size; }
-  std::byte* begin() const { return data(); }
-  std::byte* end() const { return data() + size_; }
-  operator std::span<const std::byte>() const { return {data(), size_}; }
-  operator std::span<std::byte>() { return {data(), size_}; }
-
- private:
-  PooledBlock block_;
-  std::size_t size_;
-};
-
 // Compresses `part` under `name` (ctx.step from options, rank/size from comm) into a buffer of exactly the payload
 // size; adds the time to stats.compress_s. `segments` (see TensorSegment) key its error-feedback state; empty: `name`.
 Bytes compress_part(Call& call, const TensorView& part, std::string_view name, float prescale,
@@ -81,11 +57,13 @@ Bytes compress_part(Call& call, const TensorView& part, std::string_view name, f
 // segments cut to that range, or one segment of call.name when the options have none.
 std::vector<TensorSegment> segments_in(const Call& call, std::size_t begin, std::size_t count);
 
-// Reads `in` (f32, f16 or bf16) into f32 `out` (same numel).
-void load_f32(const TensorView& in, std::span<float> out);
+// Allgatherv of every rank's `payload` (in call.space) into one buffer of call.space: returns it and fills `counts`
+// (bytes per rank). Synchronizes the space first, so the communicator sees finished payloads.
+Bytes allgather_payloads(Call& call, const Bytes& payload, std::vector<std::size_t>& counts);
 
-// Writes f32 `values` into `out` (f32 copy, or rounding to f16/bf16). No-op when out aliases values.
-void store_f32(std::span<const float> values, const TensorView& out);
+// An f32 working tensor of the call's numel in call.space: the tensor itself when it is f32 (its values were consumed
+// by compress()), else a new buffer (`holder` keeps it).
+float* f32_sum_buffer(Call& call, Bytes& holder);
 
 // Bytes one rank sends in a ring allreduce of `bytes` over n ranks: 2(n-1)/n * bytes.
 std::size_t ring_allreduce_bytes(std::size_t bytes, int n);

@@ -53,10 +53,10 @@ AllreduceAlgorithm choose(const CompressorTraits& traits, AllreduceAlgorithm req
   return AllreduceAlgorithm::kAllgather;
 }
 
-void run_flat(Communicator& comm, Compressor& compressor, const TensorView& tensor, std::string_view name,
-              const AllreduceOptions& options, AllreduceStats& stats) {
+void run_flat(Communicator& comm, algorithms::MemorySpace& space, Compressor& compressor, const TensorView& tensor,
+              std::string_view name, const AllreduceOptions& options, AllreduceStats& stats) {
   stats.algorithm = choose(compressor.traits(), options.algorithm);
-  algorithms::Call call{comm, compressor, tensor, name, options, stats};
+  algorithms::Call call{comm, space, compressor, tensor, name, options, stats};
   switch (stats.algorithm) {
     case AllreduceAlgorithm::kDense: algorithms::run_dense(call); break;
     case AllreduceAlgorithm::kAllgather: algorithms::run_allgather(call); break;
@@ -67,8 +67,9 @@ void run_flat(Communicator& comm, Compressor& compressor, const TensorView& tens
 }
 
 // Dense f32 sum inside the node, compressed allreduce of the node sums between leaders, broadcast inside the node.
-void run_hierarchical(Communicator& comm, Compressor& compressor, const TensorView& tensor, std::string_view name,
-                      const AllreduceOptions& options, AllreduceStats& stats) {
+void run_hierarchical(Communicator& comm, algorithms::MemorySpace& space, Compressor& compressor,
+                      const TensorView& tensor, std::string_view name, const AllreduceOptions& options,
+                      AllreduceStats& stats) {
   NodeGroups built;
   NodeGroups* groups = options.nodes;
   if (groups == nullptr) {
@@ -77,17 +78,18 @@ void run_hierarchical(Communicator& comm, Compressor& compressor, const TensorVi
   }
   GRADCOMP_CHECK(groups->node != nullptr, "compressed_allreduce('{}'): NodeGroups without a node communicator", name);
   const std::size_t numel = tensor.numel();
-  std::vector<float> work(numel);
-  const TensorView work_view(numel ? work.data() : nullptr, numel, DType::kF32);
-  algorithms::load_f32(tensor, work);
+  algorithms::Bytes work_bytes = space.allocate(numel * sizeof(float));
+  auto* work = reinterpret_cast<float*>(work_bytes.data());
+  const TensorView work_view = space.view(work, numel, DType::kF32);
+  space.load_f32(tensor, work);
   {
     algorithms::Stopwatch watch(stats.communicate_s);
     groups->node->allreduce(work_view, ReduceOp::kSum);
   }
   stats.wire_bytes += algorithms::ring_allreduce_bytes(numel * sizeof(float), groups->node->size());
   if (options.op == ReduceOp::kAverage) {
-    const float divisor = static_cast<float>(comm.size());
-    for (float& value : work) value /= divisor;  // leaders then sum node averages-to-be: the world average
+    // Leaders then sum node averages-to-be: the world average.
+    space.divide(work, numel, static_cast<float>(comm.size()), false);
   }
   if (groups->leaders != nullptr) {
     AllreduceOptions inner = options;
@@ -95,16 +97,17 @@ void run_hierarchical(Communicator& comm, Compressor& compressor, const TensorVi
     inner.hierarchical = false;
     inner.nodes = nullptr;
     inner.verify = false;  // the world agreed already
-    run_flat(*groups->leaders, compressor, work_view, name, inner, stats);
+    run_flat(*groups->leaders, space, compressor, work_view, name, inner, stats);
   } else {
     stats.algorithm = choose(compressor.traits(), options.algorithm);
   }
   {
     algorithms::Stopwatch watch(stats.communicate_s);
-    groups->node->broadcast(std::as_writable_bytes(std::span(work)), 0);
+    space.synchronize();
+    groups->node->broadcast(std::span<std::byte>(work_bytes.data(), numel * sizeof(float)), 0);
   }
   if (groups->node->rank() == 0) stats.wire_bytes += numel * sizeof(float);
-  algorithms::store_f32(work, tensor);
+  space.store_f32(work, tensor);
 }
 
 }  // namespace
@@ -126,20 +129,29 @@ AllreduceStats compressed_allreduce(Communicator& comm, Compressor& compressor, 
     algorithms::Stopwatch watch(stats.communicate_s);
     algorithms::verify_agreement(comm, compressor, tensor, name, options);
   }
-  if (tensor.device().is_cuda()) {
+  if (tensor.device().is_cuda() && !comm.accepts_device_memory()) {
+    // This communicator cannot take device memory (MPI that is not CUDA-aware): stage the whole tensor once, run on
+    // the host (CPU codec path), copy the result back; counted in the stats.
     comm::HostStage stage(tensor);
     AllreduceOptions inner = options;
     inner.verify = false;
     AllreduceStats inner_stats = compressed_allreduce(comm, compressor, stage.host_view(), name, inner);
     stage.copy_back();
     inner_stats.communicate_s += stats.communicate_s;
+    inner_stats.staged_bytes += 2 * tensor.bytes();
     return inner_stats;
   }
+  // Host tensors work in host memory; device tensors stay on their device (CUDA codec, device payloads, the
+  // communicator on device memory, CUDA decode), ordered on the tensor's stream.
+  std::unique_ptr<algorithms::MemorySpace> device_space;
+  if (tensor.device().is_cuda()) device_space = algorithms::cuda_space(tensor);
+  algorithms::MemorySpace& space = device_space ? *device_space : algorithms::host_space();
   if (options.hierarchical) {
-    run_hierarchical(comm, compressor, tensor, name, options, stats);
+    run_hierarchical(comm, space, compressor, tensor, name, options, stats);
   } else {
-    run_flat(comm, compressor, tensor, name, options, stats);
+    run_flat(comm, space, compressor, tensor, name, options, stats);
   }
+  space.synchronize();
   return stats;
 }
 

@@ -3,7 +3,6 @@
 
 #include "comm/algorithms/algorithms.h"
 #include "gradcomp/error.h"
-#include "kernels/half_ops.cuh"
 
 namespace gradcomp::algorithms {
 
@@ -17,7 +16,7 @@ Bytes compress_part(Call& call, const TensorView& part, std::string_view name, f
   ctx.rank = call.comm.rank();
   ctx.world_size = call.comm.size();
   ctx.prescale = prescale;
-  Bytes payload(call.compressor.max_payload_bytes(part.numel()));
+  Bytes payload = call.space.allocate(call.compressor.max_payload_bytes(part.numel()));
   const std::size_t size = call.compressor.compress(part, payload, ctx);
   GRADCOMP_ASSERT(size <= payload.size(), "compressor '{}' wrote {} bytes for '{}', more than its bound {}",
                   call.compressor.name(), size, name, payload.size());
@@ -40,43 +39,26 @@ std::vector<TensorSegment> segments_in(const Call& call, std::size_t begin, std:
   return cut;
 }
 
-void load_f32(const TensorView& in, std::span<float> out) {
-  GRADCOMP_ASSERT(out.size() == in.numel(), "load_f32: {} values for {}", out.size(), in.describe());
-  if (in.numel() == 0) return;
-  const auto* bits = static_cast<const std::uint16_t*>(in.data());
-  switch (in.dtype()) {
-    case DType::kF32: std::memcpy(out.data(), in.data(), out.size_bytes()); return;
-    case DType::kF16:
-      for (std::size_t i = 0; i < out.size(); ++i) out[i] = kernels::half_bits_to_float(bits[i]);
-      return;
-    case DType::kBF16:
-      for (std::size_t i = 0; i < out.size(); ++i) out[i] = kernels::bf16_bits_to_float(bits[i]);
-      return;
-    default:
-      throw InvalidArgument(fmt::format("compressed_allreduce: cannot read {}", in.describe()));
-  }
+Bytes allgather_payloads(Call& call, const Bytes& payload, std::vector<std::size_t>& counts) {
+  const int n = call.comm.size();
+  Stopwatch watch(call.stats.communicate_s);
+  const auto sizes = allgather_u64(call.comm, payload.size());
+  counts.assign(sizes.begin(), sizes.end());
+  std::size_t total = 0;
+  for (const std::size_t count : counts) total += count;
+  // Pooled and not zero-filled: a fresh multi-megabyte buffer costs a page fault per 4 KiB on every call.
+  Bytes gathered = call.space.allocate(total);
+  gathered.shrink(total);
+  call.space.synchronize();
+  call.comm.allgatherv(payload, counts, gathered);
+  call.stats.wire_bytes += ring_allgather_bytes(total, n) + (n > 1 ? 8 * (n - 1) : 0);
+  return gathered;
 }
 
-void store_f32(std::span<const float> values, const TensorView& out) {
-  GRADCOMP_ASSERT(values.size() == out.numel(), "store_f32: {} values for {}", values.size(), out.describe());
-  if (out.numel() == 0) return;
-  switch (out.dtype()) {
-    case DType::kF32:
-      if (out.data() != values.data()) std::memcpy(out.data(), values.data(), values.size_bytes());
-      return;
-    case DType::kF16: {
-      auto* bits = static_cast<std::uint16_t*>(out.data());
-      for (std::size_t i = 0; i < values.size(); ++i) bits[i] = kernels::float_to_half_bits(values[i]);
-      return;
-    }
-    case DType::kBF16: {
-      auto* bits = static_cast<std::uint16_t*>(out.data());
-      for (std::size_t i = 0; i < values.size(); ++i) bits[i] = kernels::float_to_bf16_bits(values[i]);
-      return;
-    }
-    default:
-      throw InvalidArgument(fmt::format("compressed_allreduce: cannot store into {}", out.describe()));
-  }
+float* f32_sum_buffer(Call& call, Bytes& holder) {
+  if (call.tensor.dtype() == DType::kF32) return static_cast<float*>(call.tensor.data());
+  holder = call.space.allocate(call.tensor.numel() * sizeof(float));
+  return reinterpret_cast<float*>(holder.data());
 }
 
 std::size_t ring_allreduce_bytes(std::size_t bytes, int n) {

@@ -27,30 +27,41 @@ void run_scatter_reduce_allgather(Call& call) {
   const int n = call.comm.size();
   const int me = call.comm.rank();
   const std::size_t numel = call.tensor.numel();
+  MemorySpace& space = call.space;
 
-  // 1. compress every chunk.
-  std::vector<std::byte> send;
+  // 1. compress every chunk, then pack the payloads back to back.
+  std::vector<Bytes> payloads;
   std::vector<std::size_t> send_counts(static_cast<std::size_t>(n));
+  std::size_t send_total = 0;
   for (int i = 0; i < n; ++i) {
     const std::size_t begin = chunk_begin(numel, i, n), end = chunk_begin(numel, i + 1, n);
     const std::vector<TensorSegment> segments = segments_in(call, begin, end - begin);
-    const auto payload = compress_part(call, call.tensor.slice(begin, end - begin),
-                                       fmt::format("{}#chunk{}", call.name, i), 1.0f, segments);
-    send_counts[i] = payload.size();
-    send.insert(send.end(), payload.begin(), payload.end());
+    payloads.push_back(compress_part(call, call.tensor.slice(begin, end - begin),
+                                     fmt::format("{}#chunk{}", call.name, i), 1.0f, segments));
+    send_counts[i] = payloads.back().size();
+    send_total += send_counts[i];
   }
-  call.stats.payload_bytes = send.size();
+  Bytes send = space.allocate(send_total);
+  send.shrink(send_total);
+  for (std::size_t i = 0, offset = 0; i < payloads.size(); offset += send_counts[i], ++i) {
+    space.copy(send.data() + offset, payloads[i].data(), send_counts[i]);
+  }
+  payloads.clear();
+  call.stats.payload_bytes = send_total;
 
   // 2. sizes matrix (every rank learns every chunk size), alltoallv.
   std::vector<std::uint64_t> matrix(static_cast<std::size_t>(n) * n);
   std::vector<std::size_t> recv_counts(static_cast<std::size_t>(n));
-  std::vector<std::byte> received;
+  Bytes received(0);
   {
     Stopwatch watch(call.stats.communicate_s);
     std::vector<std::uint64_t> mine(send_counts.begin(), send_counts.end());
     call.comm.allgather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(matrix)));
     for (int s = 0; s < n; ++s) recv_counts[s] = static_cast<std::size_t>(matrix[s * n + me]);
-    received.resize(std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0}));
+    const std::size_t recv_total = std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0});
+    received = space.allocate(recv_total);
+    received.shrink(recv_total);
+    space.synchronize();
     call.comm.alltoallv(send, send_counts, received, recv_counts);
   }
   for (int d = 0; d < n; ++d) {
@@ -60,42 +71,32 @@ void run_scatter_reduce_allgather(Call& call) {
 
   // 3. reduce my chunk, recompress it.
   const std::size_t my_begin = chunk_begin(numel, me, n), my_len = chunk_begin(numel, me + 1, n) - my_begin;
-  std::vector<float> sum(my_len);
+  Bytes sum_bytes = space.allocate(my_len * sizeof(float));
+  auto* sum = reinterpret_cast<float*>(sum_bytes.data());
+  const TensorView sum_view = space.view(sum, my_len, DType::kF32);
   {
     Stopwatch watch(call.stats.decompress_s);
-    const TensorView sum_view(my_len ? sum.data() : nullptr, my_len, DType::kF32);
+    const std::span<const std::byte> all = received;
     std::size_t offset = 0;
     for (int s = 0; s < n; ++s) {
-      call.compressor.decompress(std::span(received).subspan(offset, recv_counts[s]), sum_view,
+      call.compressor.decompress(all.subspan(offset, recv_counts[s]), sum_view,
                                  s == 0 ? DecodeMode::kOverwrite : DecodeMode::kAccumulate);
       offset += recv_counts[s];
     }
-    if (call.options.op == ReduceOp::kAverage && n > 1) {
-      const float divisor = static_cast<float>(n);
-      for (float& value : sum) value /= divisor;
-    }
+    if (call.options.op == ReduceOp::kAverage && n > 1) space.divide(sum, my_len, static_cast<float>(n), false);
   }
-  const auto reduced = compress_part(call, TensorView(my_len ? sum.data() : nullptr, my_len, DType::kF32),
-                                     fmt::format("{}#sra{}", call.name, me), 1.0f);
+  const auto reduced = compress_part(call, sum_view, fmt::format("{}#sra{}", call.name, me), 1.0f);
   call.stats.payload_bytes += reduced.size();
 
   // 4. allgatherv of the reduced chunks, decode each into its slice.
-  std::vector<std::size_t> counts(static_cast<std::size_t>(n));
-  std::vector<std::byte> gathered;
-  {
-    Stopwatch watch(call.stats.communicate_s);
-    const auto sizes = allgather_u64(call.comm, reduced.size());
-    for (int r = 0; r < n; ++r) counts[r] = static_cast<std::size_t>(sizes[r]);
-    gathered.resize(std::accumulate(counts.begin(), counts.end(), std::size_t{0}));
-    call.comm.allgatherv(reduced, counts, gathered);
-  }
-  call.stats.wire_bytes += ring_allgather_bytes(gathered.size(), n) + (n > 1 ? 8 * (n - 1) : 0);
-
+  std::vector<std::size_t> counts;
+  const Bytes gathered = allgather_payloads(call, reduced, counts);
   Stopwatch watch(call.stats.decompress_s);
+  const std::span<const std::byte> all = gathered;
   std::size_t offset = 0;
   for (int r = 0; r < n; ++r) {
     const std::size_t begin = chunk_begin(numel, r, n), end = chunk_begin(numel, r + 1, n);
-    call.compressor.decompress(std::span(gathered).subspan(offset, counts[r]), call.tensor.slice(begin, end - begin),
+    call.compressor.decompress(all.subspan(offset, counts[r]), call.tensor.slice(begin, end - begin),
                                DecodeMode::kOverwrite);
     offset += counts[r];
   }

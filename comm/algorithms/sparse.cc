@@ -7,46 +7,12 @@
 // bit-identical. (Decoding to a dense buffer and re-extracting the nonzeros as pairs was the first version: it cost
 // two extra passes over the tensor for no bytes saved, see docs/comm.md.)
 #include <cstdint>
-#include <cstring>
-#include <memory>
 #include <numeric>
-
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
 
 #include "comm/algorithms/algorithms.h"
 #include "gradcomp/error.h"
 
 namespace gradcomp::algorithms {
-namespace {
-
-// sum[i] /= divisor for every i, and the count of nonzero results, in one pass that writes only the 8-value groups
-// holding a nonzero: zeros divide to themselves (with their sign), so skipping them changes no bit, and a sparse sum
-// leaves most cache lines clean instead of writing the whole tensor back.
-std::size_t divide_and_count_nonzero(float* sum, std::size_t numel, float divisor) {
-  std::size_t nonzero = 0, i = 0;
-  const bool divide = divisor != 1.0f;
-#if defined(__AVX2__)
-  const __m256 zero = _mm256_setzero_ps(), by = _mm256_set1_ps(divisor);
-  for (; i + 8 <= numel; i += 8) {
-    const __m256 x = _mm256_loadu_ps(sum + i);
-    if (_mm256_movemask_ps(_mm256_cmp_ps(x, zero, _CMP_NEQ_UQ)) == 0) continue;  // NaN is nonzero, as below
-    const __m256 y = divide ? _mm256_div_ps(x, by) : x;
-    if (divide) _mm256_storeu_ps(sum + i, y);
-    // Counted after the division, like the scalar tail (a subnormal may divide to zero).
-    nonzero += static_cast<std::size_t>(
-        __builtin_popcount(static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(y, zero, _CMP_NEQ_UQ)))));
-  }
-#endif
-  for (; i < numel; ++i) {
-    if (divide) sum[i] /= divisor;
-    nonzero += sum[i] != 0.0f;
-  }
-  return nonzero;
-}
-
-}  // namespace
 
 void run_sparse(Call& call) {
   const int n = call.comm.size();
@@ -66,13 +32,9 @@ void run_sparse(Call& call) {
   call.stats.switched_to_dense = go_dense;
 
   // The sum goes straight into the tensor when it is f32 (its input was consumed by compress()).
-  std::unique_ptr<float[]> scratch;
-  float* sum = static_cast<float*>(call.tensor.data());
-  if (call.tensor.dtype() != DType::kF32) {
-    scratch.reset(new float[numel > 0 ? numel : 1]);
-    sum = scratch.get();
-  }
-  const TensorView sum_view(numel ? sum : nullptr, numel, DType::kF32);
+  Bytes holder(0);
+  float* sum = f32_sum_buffer(call, holder);
+  const TensorView sum_view = call.space.view(sum, numel, DType::kF32);
 
   if (go_dense) {
     {
@@ -86,10 +48,11 @@ void run_sparse(Call& call) {
     call.stats.wire_bytes += ring_allreduce_bytes(numel * sizeof(float), n);
   } else {
     std::vector<std::size_t> counts(sizes.begin(), sizes.end());
-    // Pooled and not zero-filled: a fresh multi-megabyte vector costs a page fault per 4 KiB on every call.
-    Bytes gathered(static_cast<std::size_t>(total));
+    Bytes gathered = call.space.allocate(static_cast<std::size_t>(total));
+    gathered.shrink(static_cast<std::size_t>(total));
     {
       Stopwatch watch(call.stats.communicate_s);
+      call.space.synchronize();
       call.comm.allgatherv(payload, counts, gathered);
     }
     call.stats.wire_bytes += ring_allgather_bytes(gathered.size(), n);
@@ -105,9 +68,9 @@ void run_sparse(Call& call) {
 
   Stopwatch watch(call.stats.decompress_s);
   const float divisor = call.options.op == ReduceOp::kAverage ? static_cast<float>(n) : 1.0f;
-  const std::size_t nonzero = divide_and_count_nonzero(sum, numel, divisor);
+  const std::size_t nonzero = call.space.divide(sum, numel, divisor, /*count_nonzero=*/!go_dense);
   if (!go_dense) call.stats.union_nnz = nonzero;
-  store_f32({sum, numel}, call.tensor);
+  call.space.store_f32(sum, call.tensor);
 }
 
 }  // namespace gradcomp::algorithms

@@ -124,6 +124,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "nccl"; }
+  bool accepts_device_memory() const override { return true; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
   void set_timeout(std::chrono::milliseconds timeout) override {
     GRADCOMP_CHECK(timeout.count() > 0, "nccl communicator: timeout must be positive, got {} ms", timeout.count());

@@ -67,13 +67,18 @@ struct AllreduceStats {
   bool switched_to_dense = false;  // sparse allreduce went dense
   std::size_t union_nnz = 0;       // sparse allreduce: nonzeros of the aggregated result (0 when it went dense)
   bool hierarchical = false;
+  // Bytes copied between device and host because the communicator cannot take device memory (a CUDA tensor on a
+  // communicator without accepts_device_memory(): staged once each way per call); 0 on the device-resident path.
+  std::size_t staged_bytes = 0;
   double compress_s = 0, communicate_s = 0, decompress_s = 0;
 };
 
 // In place: `tensor` on every rank becomes the average (or sum) over ranks of what each rank's compressor
 // transmitted for `name`. Every rank must call it with the same name, numel, dtype and compressor spec; a mismatch
-// throws InvalidArgument on every rank naming both sides. All ranks end with bit-identical tensors. CUDA tensors are
-// staged through host memory (the CPU codec path). Error-feedback state is keyed by the segment names (or `name`),
+// throws InvalidArgument on every rank naming both sides. All ranks end with bit-identical tensors. A CUDA tensor stays
+// on its device (CUDA codec, device payloads, CUDA decode, ordered on the tensor's stream) when
+// comm.accepts_device_memory() (NCCL); otherwise it is staged through host memory once per call (the CPU codec path;
+// AllreduceStats::staged_bytes). Error-feedback state is keyed by the segment names (or `name`),
 // also under scatter-reduce-allgather; the chunk owner's re-quantization keeps its own residual under "<name>#sra".
 AllreduceStats compressed_allreduce(Communicator& comm, Compressor& compressor, const TensorView& tensor,
                                     std::string_view name, const AllreduceOptions& options = {});

@@ -31,6 +31,10 @@ class Communicator {
   virtual int size() const = 0;
   // "mpi", "nccl", "local".
   virtual std::string backend() const = 0;
+  // True when every call accepts CUDA device memory directly (NCCL; the in-process backend in CUDA builds, which
+  // copies through the host itself). compressed_allreduce keeps CUDA tensors on the device only then; otherwise it
+  // stages them through host memory once per call.
+  virtual bool accepts_device_memory() const { return false; }
 
   // Deadline for every blocking call (default 60 s, or GRADCOMP_TIMEOUT_S).
   virtual std::chrono::milliseconds timeout() const = 0;

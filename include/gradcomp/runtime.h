@@ -86,6 +86,11 @@ struct RuntimeOptions {
   // Wait deadline of wait()/synchronize() and of a tensor that not every rank submits; 0 = the communicator's
   // timeout().
   std::chrono::milliseconds timeout{0};
+  // Communicator for the data of CUDA tensors (e.g. make_nccl_communicator(world, local_rank)), over the same ranks
+  // in the same order as the runtime's; must outlive the runtime and be used by nobody else while it runs.
+  // Negotiation stays on the runtime's communicator. Null: CUDA tensors use the runtime's communicator too (staged
+  // through host memory once per fused buffer when it cannot take device memory, see AllreduceStats::staged_bytes).
+  Communicator* device_comm = nullptr;
 };
 
 // Outcome of one tensor's allreduce. ok() or an exception (a gradcomp::Error subclass) to rethrow.
@@ -118,6 +123,7 @@ struct BufferRecord {
   std::size_t tensors = 0;
   std::size_t input_bytes = 0;
   std::size_t wire_bytes = 0;
+  std::size_t staged_bytes = 0;  // device <-> host copies of a CUDA buffer on a communicator without device memory
   double copy_in_s = 0, compress_s = 0, communicate_s = 0, decompress_s = 0, copy_out_s = 0;
 };
 
@@ -129,6 +135,7 @@ struct RuntimeStats {
   std::uint64_t messages = 0;                 // data collectives (one per fusion buffer)
   std::size_t input_bytes = 0;                // uncompressed bytes reduced
   std::size_t wire_bytes = 0;                 // bytes this rank sent for the data
+  std::size_t staged_bytes = 0;               // device <-> host staging of CUDA buffers (BufferRecord::staged_bytes)
   double negotiate_s = 0, queue_s = 0, copy_in_s = 0, compress_s = 0, communicate_s = 0, decompress_s = 0,
          copy_out_s = 0;
   // The last 1024 buffers, oldest first.
@@ -151,8 +158,9 @@ class Runtime {
   // Enqueues an in-place allreduce of `tensor` under `name` (unique among this runtime's pending tensors). `spec`
   // overrides the policy ("" = use the policy). The tensor's memory must stay valid and untouched until completion.
   // Every rank must submit the same names with the same numel, dtype and spec, in any order; a mismatch completes the
-  // tensor with InvalidArgument on every rank. Throws InvalidArgument (bad spec, duplicate pending name, CUDA tensor)
-  // or the error that stopped the runtime.
+  // tensor with InvalidArgument on every rank. CUDA tensors are fused in device memory (per device and stream order
+  // of the first member) and stay there (see RuntimeOptions::device_comm). Throws InvalidArgument (bad spec,
+  // duplicate pending name, a CUDA tensor in a build without CUDA) or the error that stopped the runtime.
   Handle allreduce_async(std::string_view name, const TensorView& tensor, std::string_view spec = {});
   // Same, reporting completion only to `on_done` (no handle to wait on; synchronize() still waits for it).
   void allreduce_async(std::string_view name, const TensorView& tensor, std::string_view spec,

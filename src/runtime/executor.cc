@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "comm/algorithms/memory_space.h"
 #include "compressors/error_feedback.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
@@ -246,14 +247,32 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
              : fmt::format("fused[{}+{}]#{}", members[0]->name, members.size() - 1, group.numel);
   const std::size_t elem = dtype_size(group.dtype);
 
-  // Copy in; every member is a segment that keeps its own error-feedback state.
+  // Copy in; every member is a segment that keeps its own error-feedback state. CUDA tensors are fused in device
+  // memory on the first member's stream (members on other streams are waited for first).
   auto copy_start = Clock::now();
-  TensorView buffer = single ? tensors[0]
-                             : TensorView(arena_.get(group.bytes), group.numel, group.dtype, tensors[0].device());
+  const bool on_device = tensors[0].device().is_cuda();
+  std::unique_ptr<algorithms::MemorySpace> device_space;
+  if (on_device) device_space = algorithms::cuda_space(tensors[0]);
+  algorithms::MemorySpace& space = on_device ? *device_space : algorithms::host_space();
+  algorithms::Bytes device_buffer(0);
+  TensorView buffer = tensors[0];
+  if (!single) {
+    std::byte* data = nullptr;
+    if (on_device) {
+      device_buffer = space.allocate(group.bytes);
+      data = device_buffer.data();
+    } else {
+      data = arena_.get(group.bytes);
+    }
+    buffer = space.view(data, group.numel, group.dtype);
+  }
   segments_.clear();
   for (std::size_t m = 0; m < members.size(); ++m) {
     const TensorView& t = tensors[m];
-    if (!single) std::memcpy(static_cast<std::byte*>(buffer.data()) + group.offsets[m] * elem, t.data(), t.bytes());
+    if (!single) {
+      if (on_device && t.stream() != tensors[0].stream()) algorithms::cuda_space(t)->synchronize();
+      space.copy(static_cast<std::byte*>(buffer.data()) + group.offsets[m] * elem, t.data(), t.bytes());
+    }
     segments_.push_back(TensorSegment{members[m]->name, group.offsets[m], t.numel(), 0, t.numel()});
   }
   auto copy_end = Clock::now();
@@ -267,7 +286,9 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
   options.step = steps_[buffer_name]++;
   options.segments = segments_;
   const auto call_start = Clock::now();
-  AllreduceStats stats = compressed_allreduce(comm_, *codec.compressor, buffer, buffer_name, options);
+  Communicator& data_comm = on_device && options_.device_comm != nullptr ? *options_.device_comm : comm_;
+  AllreduceStats stats = compressed_allreduce(data_comm, *codec.compressor, buffer, buffer_name, options);
+  record.staged_bytes = stats.staged_bytes;
   const auto call_end = Clock::now();
   record.algorithm = std::string(algorithm_name(stats.algorithm));
   record.wire_bytes = stats.wire_bytes;
@@ -295,9 +316,10 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
   if (!single) {
     auto out_start = Clock::now();
     for (std::size_t m = 0; m < members.size(); ++m) {
-      std::memcpy(tensors[m].data(), static_cast<const std::byte*>(buffer.data()) + group.offsets[m] * elem,
-                  tensors[m].bytes());
+      space.copy(tensors[m].data(), static_cast<const std::byte*>(buffer.data()) + group.offsets[m] * elem,
+                 tensors[m].bytes());
     }
+    space.synchronize();  // the members are complete when their handles are
     auto out_end = Clock::now();
     record.copy_out_s = std::chrono::duration<double>(out_end - out_start).count();
     if (timeline_) timeline_->event("copy_out", "fusion", 1, out_start, out_end);

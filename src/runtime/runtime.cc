@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "compressors/state_io.h"
+#include "gradcomp/config.h"
 #include "gradcomp/error.h"
 #include "src/runtime/executor.h"
 #include "src/runtime/fusion.h"
@@ -140,9 +141,16 @@ class Runtime::Impl {
   std::uint64_t enqueue(std::string_view name, const TensorView& tensor, std::string_view spec,
                         CompletionCallback callback) {
     GRADCOMP_CHECK(!name.empty(), "allreduce_async on rank {}: the tensor name must not be empty", comm_.rank());
-    GRADCOMP_CHECK(tensor.device().is_cpu(),
-                   "allreduce_async('{}') on rank {}: {} — the runtime handles CPU tensors only in this build", name,
+    GRADCOMP_CHECK(tensor.device().is_cpu() || GRADCOMP_WITH_CUDA,
+                   "allreduce_async('{}') on rank {}: {} is a CUDA tensor but gradcomp was built without CUDA", name,
                    comm_.rank(), tensor.describe());
+    if (tensor.device().is_cuda() && options_.device_comm != nullptr) {
+      GRADCOMP_CHECK(options_.device_comm->size() == comm_.size() && options_.device_comm->rank() == comm_.rank(),
+                     "allreduce_async('{}') on rank {}: RuntimeOptions::device_comm is rank {} of {}, the runtime's "
+                     "communicator rank {} of {}",
+                     name, comm_.rank(), options_.device_comm->rank(), options_.device_comm->size(), comm_.rank(),
+                     comm_.size());
+    }
     std::string resolved =
         spec.empty() ? runtime::resolve_spec(options_.policy, name, tensor.bytes()) : std::string(spec);
     Request request;
@@ -513,6 +521,7 @@ class Runtime::Impl {
         ++stats_.messages;
         stats_.input_bytes += record.input_bytes;
         stats_.wire_bytes += record.wire_bytes;
+        stats_.staged_bytes += record.staged_bytes;
         stats_.copy_in_s += record.copy_in_s;
         stats_.compress_s += record.compress_s;
         stats_.communicate_s += record.communicate_s;

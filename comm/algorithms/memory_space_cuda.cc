@@ -1,0 +1,152 @@
+// The CUDA memory space: device blocks from a per-thread cache, copies and kernels on the tensor's stream.
+#include "gradcomp/config.h"
+
+#include "comm/algorithms/memory_space.h"
+#include "gradcomp/error.h"
+
+#if GRADCOMP_WITH_CUDA
+#include <algorithm>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "kernels/collective_cuda.h"
+#include "kernels/common_cuda.h"
+#include "kernels/cuda_buffer.h"
+#include "kernels/cuda_check.h"
+#endif
+
+namespace gradcomp::algorithms {
+
+#if GRADCOMP_WITH_CUDA
+namespace {
+
+// Freed device blocks of at least 1 MiB are kept per thread (at most 4, by device) and serve later requests of up to
+// twice their size, as the host pool does: no cudaMalloc on the hot path in steady state.
+struct CachedBlock {
+  int device = 0;
+  std::byte* data = nullptr;
+  std::size_t capacity = 0;
+};
+std::vector<CachedBlock>& device_cache() {
+  thread_local std::vector<CachedBlock> blocks;
+  return blocks;
+}
+constexpr std::size_t kMaxCached = 4;
+
+int current_device() {
+  int device = 0;
+  GRADCOMP_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+void release_device_block(std::byte* data, std::size_t capacity) {
+  if (capacity < kMinPooledBytes) {
+    cudaFree(data);
+    return;
+  }
+  auto& blocks = device_cache();
+  blocks.push_back(CachedBlock{current_device(), data, capacity});
+  if (blocks.size() > kMaxCached) {
+    const auto smallest = std::min_element(blocks.begin(), blocks.end(),
+                                           [](const auto& a, const auto& b) { return a.capacity < b.capacity; });
+    cudaFree(smallest->data);
+    blocks.erase(smallest);
+  }
+}
+
+class CudaSpace final : public MemorySpace {
+ public:
+  explicit CudaSpace(const TensorView& tensor)
+      : device_(tensor.device()), stream_(static_cast<cudaStream_t>(tensor.stream())), guard_(tensor.device().index) {
+    counter_.reserve(sizeof(unsigned long long));
+  }
+  bool is_device() const override { return true; }
+  TensorView view(void* data, std::size_t numel, DType dtype) const override {
+    return TensorView(numel ? data : nullptr, numel, dtype, device_, stream_);
+  }
+  Bytes allocate(std::size_t bytes) override {
+    bytes = std::max<std::size_t>(bytes, 1);
+    auto& blocks = device_cache();
+    auto best = blocks.end();
+    for (auto it = blocks.begin(); it != blocks.end(); ++it) {
+      if (it->device == device_.index && it->capacity >= bytes && it->capacity <= 2 * bytes &&
+          (best == blocks.end() || it->capacity < best->capacity)) {
+        best = it;
+      }
+    }
+    if (best != blocks.end()) {
+      const CachedBlock block = *best;
+      blocks.erase(best);
+      Bytes out(block.data, block.capacity, release_device_block);
+      out.shrink(bytes);
+      return out;
+    }
+    void* data = nullptr;
+    GRADCOMP_CUDA_CHECK(cudaMalloc(&data, bytes));
+    return Bytes(static_cast<std::byte*>(data), bytes, release_device_block);
+  }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes) GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  }
+  void read(void* host, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void load_f32(const TensorView& in, float* out) override {
+    const std::size_t n = in.numel();
+    if (n == 0) return;
+    switch (in.dtype()) {
+      case DType::kF32: copy(out, in.data(), n * sizeof(float)); return;
+      case DType::kF16:
+      case DType::kBF16:
+        kernels::launch_half_to_float(static_cast<const std::uint16_t*>(in.data()), out, n,
+                                      in.dtype() == DType::kBF16, stream_);
+        return;
+      default: throw InvalidArgument(fmt::format("compressed_allreduce: cannot read {}", in.describe()));
+    }
+  }
+  void store_f32(const float* values, const TensorView& out) override {
+    const std::size_t n = out.numel();
+    if (n == 0) return;
+    switch (out.dtype()) {
+      case DType::kF32:
+        if (out.data() != values) copy(out.data(), values, n * sizeof(float));
+        return;
+      case DType::kF16:
+      case DType::kBF16:
+        kernels::launch_float_to_half(values, static_cast<std::uint16_t*>(out.data()), n,
+                                      out.dtype() == DType::kBF16, stream_);
+        return;
+      default: throw InvalidArgument(fmt::format("compressed_allreduce: cannot store into {}", out.describe()));
+    }
+  }
+  std::size_t divide(float* values, std::size_t n, float divisor, bool count_nonzero) override {
+    auto* counter = count_nonzero ? counter_.as<unsigned long long>() : nullptr;
+    if (counter) GRADCOMP_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(unsigned long long), stream_));
+    kernels::launch_divide_count(values, n, divisor, counter, stream_);
+    if (!counter) return 0;
+    unsigned long long count = 0;
+    read(&count, counter, sizeof(count));
+    return static_cast<std::size_t>(count);
+  }
+  void synchronize() override { GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+ private:
+  Device device_;
+  cudaStream_t stream_;
+  kernels::DeviceGuard guard_;
+  kernels::DeviceBuffer counter_;
+};
+
+}  // namespace
+
+std::unique_ptr<MemorySpace> cuda_space(const TensorView& tensor) { return std::make_unique<CudaSpace>(tensor); }
+#else
+std::unique_ptr<MemorySpace> cuda_space(const TensorView& tensor) {
+  throw InvalidArgument(fmt::format("{} is on a CUDA device but gradcomp was built without CUDA", tensor.describe()));
+}
+#endif
+
+}  // namespace gradcomp::algorithms
