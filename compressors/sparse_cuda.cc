@@ -1,5 +1,5 @@
-// CUDA backends of the sparsifiers: topk and dgc (compressors/sparse_payload.h's (index, value) format), randomk,
-// blocktopk.
+// CUDA backends of the sparsifiers: topk (compressors/sparse_payload.h's (index, value) format), randomk, blocktopk;
+// dgc's is compressors/dgc_cuda.cc.
 // The selection is kernels/sparse_cuda.cu's exact radix select, which picks the same elements as the CPU's
 // kernels/topk_select.cc (larger magnitude key first, lower index on ties), so the payloads are identical.
 #include "gradcomp/config.h"
@@ -30,38 +30,6 @@ constexpr std::size_t kMaxIndexable = static_cast<std::size_t>(std::numeric_limi
 
 using sparse::index_value_header;
 
-// sparse::decode_index_value on the device: host checks of the header, a validation kernel, then the scatter.
-void decode_index_value_cuda(const CudaDecodeArgs& args, std::string_view codec) {
-  const payload::Header& header = args.view->header;
-  const auto& sections = args.view->sections;
-  GRADCOMP_CHECK_AS(CorruptPayload, header.section_count == 2 && header.flags == 0,
-                    "corrupt {} payload: {} sections and flags {:#x} (expected 2 sections, flags 0)", codec,
-                    header.section_count, header.flags);
-  GRADCOMP_CHECK_AS(CorruptPayload, header.param0 <= 1, "corrupt {} payload: value type {} (0 = f32, 1 = f16)", codec,
-                    header.param0);
-  const auto type = static_cast<sparse::ValueType>(header.param0);
-  const std::size_t index_bytes = sections[0].size();
-  GRADCOMP_CHECK_AS(CorruptPayload, index_bytes % sizeof(std::int32_t) == 0,
-                    "corrupt {} payload: index section of {} bytes is not a whole number of int32", codec,
-                    index_bytes);
-  const std::size_t k = index_bytes / sizeof(std::int32_t);
-  GRADCOMP_CHECK_AS(CorruptPayload, k <= args.numel && header.param1 == k,
-                    "corrupt {} payload: {} indices (header says {}) for a tensor of {} elements", codec, k,
-                    header.param1, args.numel);
-  GRADCOMP_CHECK_AS(CorruptPayload, sections[1].size() == k * sparse::value_bytes(type),
-                    "corrupt {} payload: value section has {} bytes, {} entries of {} bytes expected", codec,
-                    sections[1].size(), k, sparse::value_bytes(type));
-  const auto* indices = reinterpret_cast<const std::int32_t*>(sections[0].data());
-  kernels::launch_validate_indices(indices, k, args.numel, args.error_flag, args.stream);
-  int bad = 0;
-  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&bad, args.error_flag, sizeof(int), cudaMemcpyDeviceToHost, args.stream));
-  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(args.stream));
-  GRADCOMP_CHECK_AS(CorruptPayload, bad == 0,
-                    "corrupt {} payload: indices are not strictly increasing and in [0, {}) ({} entries)", codec,
-                    args.numel, k);
-  kernels::launch_sparse_scatter(indices, sections[1].data(), type == sparse::ValueType::kF16, k, args.out, args.numel,
-                                 args.accumulate, args.stream);
-}
 
 class TopKCudaCodec final : public CudaCodec {
  public:
@@ -302,160 +270,40 @@ class BlockTopKCudaCodec final : public CudaCodec {
   std::size_t block_;
 };
 
-// dgc: clipping factor and momentum correction on the device (the CPU's orders of summation), the sampled threshold
-// (same Philox sample positions, the sample's exact k-th key by the radix select), the candidate count (one sync),
-// and the CPU's three paths: accept the candidates, or fall back to the exact top-k (which is also what the CPU's
-// "refine among candidates" path yields: with more than k candidates at or above T, the k best are all candidates).
-class DgcCudaCodec final : public CudaCodec {
- public:
-  DgcCudaCodec(double ratio, float momentum, bool nesterov, double clip, std::uint64_t warmup, double sample)
-      : ratio_(ratio), momentum_(momentum), nesterov_(nesterov), clip_(clip), warmup_(warmup), sample_(sample) {}
-
-  std::size_t workspace_bytes(std::size_t n) const override { return layout(n).total; }
-  std::size_t decode_workspace_bytes(std::size_t) const override { return 0; }
-
-  std::size_t encode(const CudaEncodeArgs& args, std::byte* out, CompressStats& stats) override {
-    const std::size_t n = args.numel;
-    GRADCOMP_CHECK(n <= kMaxIndexable, "compressor 'dgc': tensor '{}' has {} elements (at most {} supported)",
-                   args.ctx->name, n, kMaxIndexable);
-    TensorState& state = *args.state;
-    const Layout l = layout(n);
-    auto* base = static_cast<std::byte*>(args.workspace);
-    void* select = base + l.select;
-    auto* candidates = reinterpret_cast<std::int32_t*>(base + l.candidates);
-    auto* sample_keys = reinterpret_cast<float*>(base + l.samples);
-    auto* partial = reinterpret_cast<double*>(base + l.partial);
-    auto* clip_scale = reinterpret_cast<float*>(base + l.scale);
-    auto* scratch_counters = reinterpret_cast<kernels::DeviceCounters*>(base + l.counters);
-    auto* v_scratch = reinterpret_cast<float*>(base + l.v_scratch);
-    // Counters of the selects and the masking gather (never read) must not be uninitialized memory (initcheck).
-    GRADCOMP_CUDA_CHECK(cudaMemsetAsync(scratch_counters, 0, sizeof(kernels::DeviceCounters), args.stream));
-
-    // The non-finite "skip" path has no residual: the CPU accumulates into zeros then.
-    const float* v_in = args.buffers[0];
-    float* v = args.next[0];
-    if (v_in == nullptr) {
-      GRADCOMP_CUDA_CHECK(cudaMemsetAsync(v_scratch, 0, std::max<std::size_t>(n, 1) * sizeof(float), args.stream));
-      v_in = v_scratch;
-      v = v_scratch;
-    }
-    const float* scale = nullptr;
-    if (clip_ > 0.0 && n > 0) {
-      kernels::launch_dgc_clip_scale(args.grad, n, clip_, partial, clip_scale, args.stream);
-      scale = clip_scale;
-    }
-    kernels::launch_dgc_accumulate(args.grad, scale, args.buffers[1], v_in, args.next[1], v, n, momentum_, nesterov_,
-                                   args.counters, args.stream);
-
-    const double density = kernels::dgc_density(args.ctx->step, warmup_, ratio_);
-    const std::size_t k = kernels::k_of_ratio(density, n);
-    state.scalars.assign(kDgcScalarCount, 0.0);
-    state.scalars[kDgcTargetK] = static_cast<double>(k);
-    std::size_t selected = 0;
-    auto exact = [&] {
-      const auto threshold = kernels::topk_threshold(v, nullptr, v, n, k, select, scratch_counters, args.stream);
-      kernels::topk_compact(v, n, threshold, candidates, select, args.stream);
-      selected = k;
-    };
-    if (n > 0) {
-      // compressors/dgc.cc: ceil(sample * length) draws per 64K chunk; sampled only when k < n and enough draws.
-      const std::size_t chunk = 65536;
-      const std::size_t full_draws = draws_for(chunk);
-      const std::size_t chunks = (n + chunk - 1) / chunk;
-      const std::size_t samples = (chunks - 1) * full_draws + draws_for(n - (chunks - 1) * chunk);
-      if (!(k < n && samples >= kMinSample)) {
-        exact();
-        state.scalars[kDgcPath] = 2;
-      } else {
-        const auto stream = kernels::PhiloxStream::make(0, args.tensor_key ^ kernels::kDgcSampleStreamSalt,
-                                                        args.ctx->step);
-        kernels::launch_dgc_sample(v, n, stream, full_draws, samples, sample_keys, args.stream);
-        const double scaled = static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
-        const std::size_t sample_k =
-            std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(scaled)), 1, samples);
-        const auto sampled = kernels::topk_threshold(sample_keys, nullptr, sample_keys, samples, sample_k, select,
-                                                     scratch_counters, args.stream);
-        const std::size_t count = kernels::collect_at_least(v, n, sampled.key, candidates, select, args.stream);
-        float threshold_value;
-        std::memcpy(&threshold_value, &sampled.key, sizeof(threshold_value));
-        state.scalars[kDgcThreshold] = threshold_value;
-        state.scalars[kDgcSampledCount] = static_cast<double>(count);
-        const double lower = (1.0 - kTolerance) * static_cast<double>(k);
-        const double upper = (1.0 + kTolerance) * static_cast<double>(k);
-        if (static_cast<double>(count) > upper) {
-          exact();
-          state.scalars[kDgcPath] = 1;
-        } else if (static_cast<double>(count) < lower) {
-          exact();
-          state.scalars[kDgcPath] = 2;
-        } else {
-          selected = count;
-          state.scalars[kDgcPath] = 0;
-        }
-      }
-    } else {
-      state.scalars[kDgcPath] = 2;
-    }
-    const payload::Header header =
-        index_value_header(payload::CodecId::kDgc, n, args.original_dtype, selected, sparse::ValueType::kF32);
-    write_header_device(header, out, args.stream);
-    auto* indices = reinterpret_cast<std::int32_t*>(out + payload::section_offset(header, 0));
-    if (selected > 0) {
-      GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(indices, candidates, selected * sizeof(std::int32_t),
-                                          cudaMemcpyDeviceToDevice, args.stream));
-    }
-    // Momentum-factor masking: what was sent leaves the accumulator (v - transmitted) and the momentum (0).
-    kernels::launch_sparse_gather(v, indices, selected, args.ctx->prescale, false,
-                                  out + payload::section_offset(header, 1), v, scratch_counters, args.stream);
-    kernels::launch_zero_at(indices, selected, args.next[1], args.stream);
-    stats.selected = selected;
-    return payload::total_bytes(header);
-  }
-
-  void decode(const CudaDecodeArgs& args) override {
-    GRADCOMP_CHECK_AS(CorruptPayload,
-                      args.view->header.param0 == static_cast<std::uint32_t>(sparse::ValueType::kF32),
-                      "corrupt dgc payload: value type {} (dgc sends f32 values, type 0)", args.view->header.param0);
-    decode_index_value_cuda(args, "dgc");
-  }
-
- private:
-  static constexpr std::size_t kMinSample = 1024;  // compressors/dgc.cc
-  static constexpr double kTolerance = 0.3;        // compressors/dgc.cc
-
-  struct Layout {
-    std::size_t select, candidates, samples, partial, scale, counters, v_scratch, total;
-  };
-  static std::size_t up(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
-  std::size_t draws_for(std::size_t length) const {
-    return static_cast<std::size_t>(std::ceil(sample_ * static_cast<double>(length)));
-  }
-  // Upper bound of the sample size (the draws of ceil(n / 64K) chunks).
-  std::size_t sample_count(std::size_t n) const { return ((n + 65535) / 65536) * draws_for(65536); }
-  Layout layout(std::size_t n) const {
-    const std::size_t m = std::max<std::size_t>(n, 1);
-    Layout l{};
-    std::size_t at = 0;
-    l.select = at, at += up(kernels::topk_workspace_bytes(m));
-    l.candidates = at, at += up(m * sizeof(std::int32_t));
-    l.samples = at, at += up(std::max<std::size_t>(sample_count(m), 1) * sizeof(float));
-    l.partial = at, at += up(((m + 65535) / 65536) * sizeof(double));
-    l.scale = at, at += 256;
-    l.counters = at, at += 256;
-    l.v_scratch = at, at += up(m * sizeof(float));
-    l.total = at;
-    return l;
-  }
-
-  double ratio_;
-  float momentum_;
-  bool nesterov_;
-  double clip_;
-  std::uint64_t warmup_;
-  double sample_;
-};
 
 }  // namespace
+
+void decode_index_value_cuda(const CudaDecodeArgs& args, std::string_view codec) {
+  const payload::Header& header = args.view->header;
+  const auto& sections = args.view->sections;
+  GRADCOMP_CHECK_AS(CorruptPayload, header.section_count == 2 && header.flags == 0,
+                    "corrupt {} payload: {} sections and flags {:#x} (expected 2 sections, flags 0)", codec,
+                    header.section_count, header.flags);
+  GRADCOMP_CHECK_AS(CorruptPayload, header.param0 <= 1, "corrupt {} payload: value type {} (0 = f32, 1 = f16)", codec,
+                    header.param0);
+  const auto type = static_cast<sparse::ValueType>(header.param0);
+  const std::size_t index_bytes = sections[0].size();
+  GRADCOMP_CHECK_AS(CorruptPayload, index_bytes % sizeof(std::int32_t) == 0,
+                    "corrupt {} payload: index section of {} bytes is not a whole number of int32", codec,
+                    index_bytes);
+  const std::size_t k = index_bytes / sizeof(std::int32_t);
+  GRADCOMP_CHECK_AS(CorruptPayload, k <= args.numel && header.param1 == k,
+                    "corrupt {} payload: {} indices (header says {}) for a tensor of {} elements", codec, k,
+                    header.param1, args.numel);
+  GRADCOMP_CHECK_AS(CorruptPayload, sections[1].size() == k * sparse::value_bytes(type),
+                    "corrupt {} payload: value section has {} bytes, {} entries of {} bytes expected", codec,
+                    sections[1].size(), k, sparse::value_bytes(type));
+  const auto* indices = reinterpret_cast<const std::int32_t*>(sections[0].data());
+  kernels::launch_validate_indices(indices, k, args.numel, args.error_flag, args.stream);
+  int bad = 0;
+  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&bad, args.error_flag, sizeof(int), cudaMemcpyDeviceToHost, args.stream));
+  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(args.stream));
+  GRADCOMP_CHECK_AS(CorruptPayload, bad == 0,
+                    "corrupt {} payload: indices are not strictly increasing and in [0, {}) ({} entries)", codec,
+                    args.numel, k);
+  kernels::launch_sparse_scatter(indices, sections[1].data(), type == sparse::ValueType::kF16, k, args.out, args.numel,
+                                 args.accumulate, args.stream);
+}
 
 std::unique_ptr<CudaCodec> make_sparse_cuda_codec(payload::CodecId codec, const Params& params) {
   switch (codec) {
@@ -472,10 +320,7 @@ std::unique_ptr<CudaCodec> make_sparse_cuda_codec(payload::CodecId codec, const 
       return std::make_unique<BlockTopKCudaCodec>(params.get_float("ratio"),
                                                   static_cast<std::size_t>(params.get_int("block")));
     case payload::CodecId::kDgc:
-      return std::make_unique<DgcCudaCodec>(
-          params.get_float("ratio"), static_cast<float>(params.get_float("momentum")), params.get_bool("nesterov"),
-          params.get_float("clip"), static_cast<std::uint64_t>(params.get_int("warmup_steps")),
-          params.get_float("sample"));
+      return make_dgc_cuda_codec(params);
     default:
       return nullptr;
   }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string_view>
 
 #include "compressors/payload.h"
 #include "gradcomp/registry.h"
@@ -9,8 +10,15 @@
 namespace gradcomp {
 
 class CudaCodec;
+struct CudaDecodeArgs;
 
 // The backend of `codec` configured as the CPU codec parses `params`, or null when it has none.
 std::unique_ptr<CudaCodec> make_sparse_cuda_codec(payload::CodecId codec, const Params& params);
+// dgc's backend (compressors/dgc_cuda.cc), configured from dgc's parsed parameters.
+std::unique_ptr<CudaCodec> make_dgc_cuda_codec(const Params& params);
+
+// sparse::decode_index_value on the device (topk, dgc): host checks of the header (CorruptPayload), a validation
+// kernel whose flag the host reads (one synchronization) before anything is written, then the scatter into args.out.
+void decode_index_value_cuda(const CudaDecodeArgs& args, std::string_view codec);
 
 }  // namespace gradcomp

@@ -1,6 +1,9 @@
 #include "kernels/common_cuda.h"
 
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_reduce.cuh"
@@ -53,37 +56,73 @@ __global__ void write_bytes_kernel(unsigned char* out, SmallBlock block, unsigne
 
 }  // namespace
 
-unsigned grid_for(std::size_t work_items, unsigned threads) {
-  int device = 0, sms = 0;
-  GRADCOMP_CUDA_CHECK(cudaGetDevice(&device));
-  GRADCOMP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+namespace {
+
+unsigned capped_grid(std::size_t work_items, unsigned threads, int sms, int blocks_per_sm) {
   const std::size_t wanted = (work_items + threads - 1) / threads;
-  const std::size_t cap = static_cast<std::size_t>(sms > 0 ? sms : 1) * 8;
+  const std::size_t cap = static_cast<std::size_t>(sms > 0 ? sms : 1) * static_cast<std::size_t>(blocks_per_sm);
   const std::size_t blocks = wanted < cap ? wanted : cap;
   return static_cast<unsigned>(blocks > 0 ? blocks : 1);
 }
 
+// Resident blocks per SM of (kernel, block size) on `device`, asked once: the answer is fixed for a loaded module.
+int resident_blocks(const void* kernel, unsigned threads, int device) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, unsigned, int>, int> known;
+  const auto key = std::make_tuple(kernel, threads, device);
+  {
+    const std::lock_guard lock(mutex);
+    if (const auto it = known.find(key); it != known.end()) return it->second;
+  }
+  int blocks = 0;
+  GRADCOMP_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, static_cast<int>(threads), 0));
+  blocks = blocks > 0 ? blocks : 1;
+  const std::lock_guard lock(mutex);
+  known.emplace(key, blocks);
+  return blocks;
+}
+
+}  // namespace
+
+unsigned grid_for(std::size_t work_items, unsigned threads) {
+  int device = 0, sms = 0;
+  GRADCOMP_CUDA_CHECK(cudaGetDevice(&device));
+  GRADCOMP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return capped_grid(work_items, threads, sms, 8);
+}
+
+unsigned grid_for(std::size_t work_items, unsigned threads, const void* kernel) {
+  int device = 0, sms = 0;
+  GRADCOMP_CUDA_CHECK(cudaGetDevice(&device));
+  GRADCOMP_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return capped_grid(work_items, threads, sms, resident_blocks(kernel, threads, device));
+}
+
 void launch_half_to_float(const std::uint16_t* in, float* out, std::size_t n, bool is_bf16, cudaStream_t stream) {
   if (n == 0) return;
-  half_to_float_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(in, out, n, is_bf16);
+  const unsigned grid = grid_for(n, kThreads, half_to_float_kernel);
+  half_to_float_kernel<<<grid, kThreads, 0, stream>>>(in, out, n, is_bf16);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 
 void launch_float_to_half(const float* in, std::uint16_t* out, std::size_t n, bool is_bf16, cudaStream_t stream) {
   if (n == 0) return;
-  float_to_half_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(in, out, n, is_bf16);
+  const unsigned grid = grid_for(n, kThreads, float_to_half_kernel);
+  float_to_half_kernel<<<grid, kThreads, 0, stream>>>(in, out, n, is_bf16);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 
 void launch_count_nonfinite(const float* values, std::size_t n, DeviceCounters* counters, cudaStream_t stream) {
   if (n == 0) return;
-  count_nonfinite_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(values, n, counters);
+  const unsigned grid = grid_for(n, kThreads, count_nonfinite_kernel);
+  count_nonfinite_kernel<<<grid, kThreads, 0, stream>>>(values, n, counters);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 
 void launch_zero_nonfinite(float* values, std::size_t n, cudaStream_t stream) {
   if (n == 0) return;
-  zero_nonfinite_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(values, n);
+  const unsigned grid = grid_for(n, kThreads, zero_nonfinite_kernel);
+  zero_nonfinite_kernel<<<grid, kThreads, 0, stream>>>(values, n);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 

@@ -12,8 +12,16 @@
 namespace gradcomp::kernels {
 
 // Blocks for a grid-stride kernel of `threads` threads over `work_items` items: enough to fill every SM a few times,
-// no more (a persistent-style grid). At least 1.
+// no more (a persistent-style grid). At least 1. Prefer the overload that names the kernel.
 unsigned grid_for(std::size_t work_items, unsigned threads);
+// The same for `kernel` (a __global__ function): at most as many blocks as can be resident at once
+// (cudaOccupancyMaxActiveBlocksPerMultiprocessor x SMs, asked once per kernel, block size and device), so a
+// grid-stride kernel whose registers allow, say, 6 blocks per SM is not launched with 8 and a second, 1/3-full wave.
+unsigned grid_for(std::size_t work_items, unsigned threads, const void* kernel);
+template <typename... Args>
+unsigned grid_for(std::size_t work_items, unsigned threads, void (*kernel)(Args...)) {
+  return grid_for(work_items, threads, reinterpret_cast<const void*>(kernel));
+}
 
 // f16 (is_bf16 = false) or bf16 bits -> f32, n elements.
 void launch_half_to_float(const std::uint16_t* in, float* out, std::size_t n, bool is_bf16, cudaStream_t stream);

@@ -95,8 +95,9 @@ __global__ void __launch_bounds__(kThreads) dense_encode_kernel(DenseEncodeParam
 }
 
 template <DenseWire W>
-__global__ void __launch_bounds__(kThreads) dense_decode_kernel(const typename WireTraits<W>::Element* __restrict__ body,
-                                                                float* out, std::size_t n, bool accumulate) {
+__global__ void __launch_bounds__(kThreads)
+    dense_decode_kernel(const typename WireTraits<W>::Element* __restrict__ body, float* out, std::size_t n,
+                        bool accumulate) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
     const float value = dense_decode_element<W == DenseWire::kF32 ? 0 : (W == DenseWire::kF16 ? 1 : 2)>(body[i]);
@@ -111,11 +112,11 @@ void encode_as(const DenseEncodeParams& p, const float* grad, const float* resid
   auto* body = static_cast<Element*>(out);
   const bool vec = aligned16(grad) && aligned16(out) && (!residual || (aligned16(residual) && aligned16(residual_out)));
   if (vec) {
-    dense_encode_kernel<W, true><<<grid_for(n / 4 + 1, kThreads), kThreads, 0, stream>>>(p, grad, residual,
-                                                                                       residual_out, body, n, counters);
+    const unsigned grid = grid_for(n / 4 + 1, kThreads, dense_encode_kernel<W, true>);
+    dense_encode_kernel<W, true><<<grid, kThreads, 0, stream>>>(p, grad, residual, residual_out, body, n, counters);
   } else {
-    dense_encode_kernel<W, false><<<grid_for(n, kThreads), kThreads, 0, stream>>>(p, grad, residual, residual_out,
-                                                                                body, n, counters);
+    const unsigned grid = grid_for(n, kThreads, dense_encode_kernel<W, false>);
+    dense_encode_kernel<W, false><<<grid, kThreads, 0, stream>>>(p, grad, residual, residual_out, body, n, counters);
   }
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
@@ -126,8 +127,10 @@ void launch_dense_encode(const DenseEncodeParams& params, const float* grad, con
                          float* residual_out, void* out, std::size_t n, DeviceCounters* counters, cudaStream_t stream) {
   if (n == 0) return;
   switch (params.wire) {
-    case DenseWire::kF32: return encode_as<DenseWire::kF32>(params, grad, residual, residual_out, out, n, counters, stream);
-    case DenseWire::kF16: return encode_as<DenseWire::kF16>(params, grad, residual, residual_out, out, n, counters, stream);
+    case DenseWire::kF32:
+      return encode_as<DenseWire::kF32>(params, grad, residual, residual_out, out, n, counters, stream);
+    case DenseWire::kF16:
+      return encode_as<DenseWire::kF16>(params, grad, residual, residual_out, out, n, counters, stream);
     case DenseWire::kBF16:
       return encode_as<DenseWire::kBF16>(params, grad, residual, residual_out, out, n, counters, stream);
   }
@@ -136,19 +139,21 @@ void launch_dense_encode(const DenseEncodeParams& params, const float* grad, con
 void launch_dense_decode(DenseWire wire, const void* body, float* out, std::size_t n, bool accumulate,
                          cudaStream_t stream) {
   if (n == 0) return;
-  const unsigned blocks = grid_for(n, kThreads);
   switch (wire) {
     case DenseWire::kF32:
-      dense_decode_kernel<DenseWire::kF32><<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(body), out, n,
-                                                                            accumulate);
+      dense_decode_kernel<DenseWire::kF32>
+          <<<grid_for(n, kThreads, dense_decode_kernel<DenseWire::kF32>), kThreads, 0, stream>>>(
+              static_cast<const float*>(body), out, n, accumulate);
       break;
     case DenseWire::kF16:
-      dense_decode_kernel<DenseWire::kF16><<<blocks, kThreads, 0, stream>>>(
-          static_cast<const std::uint16_t*>(body), out, n, accumulate);
+      dense_decode_kernel<DenseWire::kF16>
+          <<<grid_for(n, kThreads, dense_decode_kernel<DenseWire::kF16>), kThreads, 0, stream>>>(
+              static_cast<const std::uint16_t*>(body), out, n, accumulate);
       break;
     case DenseWire::kBF16:
-      dense_decode_kernel<DenseWire::kBF16><<<blocks, kThreads, 0, stream>>>(
-          static_cast<const std::uint16_t*>(body), out, n, accumulate);
+      dense_decode_kernel<DenseWire::kBF16>
+          <<<grid_for(n, kThreads, dense_decode_kernel<DenseWire::kBF16>), kThreads, 0, stream>>>(
+              static_cast<const std::uint16_t*>(body), out, n, accumulate);
       break;
   }
   GRADCOMP_CUDA_LAUNCH_CHECK();

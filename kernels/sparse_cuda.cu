@@ -222,53 +222,6 @@ __global__ void block_scatter_kernel(const std::int32_t* ids, std::size_t count,
   }
 }
 
-__global__ void dgc_chunk_norm_kernel(const float* grad, std::size_t n, double* partial) {
-  const std::size_t chunks = (n + 65535) / 65536;
-  for (std::size_t c = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; c < chunks;
-       c += std::size_t{gridDim.x} * blockDim.x) {
-    const std::size_t begin = c * 65536, end = begin + 65536 < n ? begin + 65536 : n;
-    double sum = 0.0;
-    for (std::size_t i = begin; i < end; ++i) sum += double(grad[i]) * grad[i];  // no FMA: --fmad=false
-    partial[c] = sum;
-  }
-}
-
-__global__ void dgc_clip_scale_kernel(const double* partial, std::size_t chunks, double clip, float* scale_out) {
-  double sum = 0.0;
-  for (std::size_t c = 0; c < chunks; ++c) sum += partial[c];
-  const double norm = sqrt(sum);
-  *scale_out = norm > clip ? static_cast<float>(clip / norm) : 1.0f;
-}
-
-__global__ void dgc_accumulate_kernel(const float* grad, const float* scale, const float* u, const float* v,
-                                      float* u_out, float* v_out, std::size_t n, float momentum, bool nesterov,
-                                      DeviceCounters* counters) {
-  const float s = scale ? *scale : 1.0f;
-  unsigned long long nonfinite = 0;
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::size_t{gridDim.x} * blockDim.x) {
-    const float g = grad[i];
-    nonfinite += !isfinite(g);
-    float ui = u[i], vi = v[i];
-    dgc_accumulate(s == 1.0f ? g : g * s, momentum, nesterov, ui, vi);
-    u_out[i] = ui;
-    v_out[i] = vi;
-  }
-  warp_count(nonfinite, &counters->nonfinite);
-}
-
-__global__ void dgc_sample_kernel(const float* v, std::size_t n, PhiloxStream stream, std::size_t full_draws,
-                                  std::size_t samples, float* keys) {
-  for (std::size_t s = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; s < samples;
-       s += std::size_t{gridDim.x} * blockDim.x) {
-    const std::size_t c = s / full_draws, j = s % full_draws;
-    const std::size_t begin = c * 65536;
-    const std::size_t length = n - begin < 65536 ? n - begin : 65536;
-    const std::uint64_t offset = uniform_below32(stream.bits(begin + j), length);
-    keys[s] = __uint_as_float(magnitude_key(v[begin + offset]));
-  }
-}
-
 __global__ void zero_at_kernel(const std::int32_t* indices, std::size_t k, float* target) {
   for (std::size_t j = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; j < k;
        j += std::size_t{gridDim.x} * blockDim.x) {
@@ -310,7 +263,7 @@ TopkThreshold topk_threshold(const float* grad, const float* residual, float* va
   auto* hist = reinterpret_cast<std::uint32_t*>(base + kHistOffset);
   auto* state = reinterpret_cast<TopkSelectState*>(base + kStateOffset);
   const auto k32 = static_cast<std::uint32_t>(k);
-  const unsigned blocks = grid_for(n, kThreads);
+  const unsigned blocks = grid_for(n, kThreads, radix_histogram_kernel<0>);  // the heaviest of the three passes
   GRADCOMP_CUDA_CHECK(cudaMemsetAsync(hist, 0, kMaxBins * sizeof(std::uint32_t), stream));
   radix_histogram_kernel<0><<<blocks, kThreads, 0, stream>>>(grad, residual, values, n, state, hist, counters);
   GRADCOMP_CUDA_LAUNCH_CHECK();
@@ -358,15 +311,16 @@ void topk_compact(const float* values, std::size_t n, const TopkThreshold& thres
 void launch_sparse_gather(const float* values, const std::int32_t* indices, std::size_t k, float prescale, bool f16,
                           void* values_out, float* residual_out, DeviceCounters* counters, cudaStream_t stream) {
   if (k == 0) return;
-  gather_kernel<<<grid_for(k, kThreads), kThreads, 0, stream>>>(values, indices, k, prescale, f16, values_out,
-                                                                residual_out, counters);
+  const unsigned grid = grid_for(k, kThreads, gather_kernel);
+  gather_kernel<<<grid, kThreads, 0, stream>>>(values, indices, k, prescale, f16, values_out, residual_out, counters);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 
 void launch_ef_accumulate(const float* grad, const float* residual, float* values, std::size_t n,
                           DeviceCounters* counters, cudaStream_t stream) {
   if (n == 0) return;
-  ef_accumulate_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(grad, residual, values, n, counters);
+  const unsigned grid = grid_for(n, kThreads, ef_accumulate_kernel);
+  ef_accumulate_kernel<<<grid, kThreads, 0, stream>>>(grad, residual, values, n, counters);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 
@@ -374,16 +328,16 @@ void launch_block_norms(const float* grad, const float* residual, float* values,
                         std::uint32_t* keys, DeviceCounters* counters, cudaStream_t stream) {
   if (n == 0) return;
   const std::size_t blocks = (n + block - 1) / block;
-  block_norms_kernel<<<grid_for(blocks, kThreads), kThreads, 0, stream>>>(grad, residual, values, n, block, keys,
-                                                                          counters);
+  const unsigned grid = grid_for(blocks, kThreads, block_norms_kernel);
+  block_norms_kernel<<<grid, kThreads, 0, stream>>>(grad, residual, values, n, block, keys, counters);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 
 void launch_block_gather(const float* values, const std::int32_t* ids, std::size_t count, std::size_t block,
                          std::size_t n, float prescale, float* body, float* residual_out, cudaStream_t stream) {
   if (count == 0) return;
-  block_gather_kernel<<<grid_for(count * block, kThreads), kThreads, 0, stream>>>(values, ids, count, block, n,
-                                                                                  prescale, body, residual_out);
+  const unsigned grid = grid_for(count * block, kThreads, block_gather_kernel);
+  block_gather_kernel<<<grid, kThreads, 0, stream>>>(values, ids, count, block, n, prescale, body, residual_out);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 
@@ -391,36 +345,8 @@ void launch_block_scatter(const std::int32_t* ids, std::size_t count, std::size_
                           const float* body, float* out, bool accumulate, cudaStream_t stream) {
   if (!accumulate && n > 0) GRADCOMP_CUDA_CHECK(cudaMemsetAsync(out, 0, n * sizeof(float), stream));
   if (count == 0) return;
-  block_scatter_kernel<<<grid_for(count * block, kThreads), kThreads, 0, stream>>>(ids, count, block, n, body, out,
-                                                                                   accumulate);
-  GRADCOMP_CUDA_LAUNCH_CHECK();
-}
-
-void launch_dgc_clip_scale(const float* grad, std::size_t n, double clip, double* partial, float* scale_out,
-                           cudaStream_t stream) {
-  const std::size_t chunks = (n + 65535) / 65536;
-  if (chunks > 0) {
-    dgc_chunk_norm_kernel<<<grid_for(chunks, 64), 64, 0, stream>>>(grad, n, partial);
-    GRADCOMP_CUDA_LAUNCH_CHECK();
-  }
-  dgc_clip_scale_kernel<<<1, 1, 0, stream>>>(partial, chunks, clip, scale_out);
-  GRADCOMP_CUDA_LAUNCH_CHECK();
-}
-
-void launch_dgc_accumulate(const float* grad, const float* scale, const float* u, const float* v, float* u_out,
-                           float* v_out, std::size_t n, float momentum, bool nesterov, DeviceCounters* counters,
-                           cudaStream_t stream) {
-  if (n == 0) return;
-  dgc_accumulate_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(grad, scale, u, v, u_out, v_out, n, momentum,
-                                                                        nesterov, counters);
-  GRADCOMP_CUDA_LAUNCH_CHECK();
-}
-
-void launch_dgc_sample(const float* v, std::size_t n, const PhiloxStream& stream, std::size_t full_draws,
-                       std::size_t samples, float* keys, cudaStream_t stream_cuda) {
-  if (samples == 0 || full_draws == 0) return;
-  dgc_sample_kernel<<<grid_for(samples, kThreads), kThreads, 0, stream_cuda>>>(v, n, stream, full_draws, samples,
-                                                                               keys);
+  const unsigned grid = grid_for(count * block, kThreads, block_scatter_kernel);
+  block_scatter_kernel<<<grid, kThreads, 0, stream>>>(ids, count, block, n, body, out, accumulate);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 
@@ -441,14 +367,16 @@ std::size_t collect_at_least(const float* values, std::size_t n, std::uint32_t t
 
 void launch_zero_at(const std::int32_t* indices, std::size_t k, float* target, cudaStream_t stream) {
   if (k == 0) return;
-  zero_at_kernel<<<grid_for(k, kThreads), kThreads, 0, stream>>>(indices, k, target);
+  const unsigned grid = grid_for(k, kThreads, zero_at_kernel);
+  zero_at_kernel<<<grid, kThreads, 0, stream>>>(indices, k, target);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 
 void launch_validate_indices(const std::int32_t* indices, std::size_t k, std::uint64_t limit, int* error_flag,
                              cudaStream_t stream) {
   if (k == 0) return;
-  validate_indices_kernel<<<grid_for(k, kThreads), kThreads, 0, stream>>>(indices, k, limit, error_flag);
+  const unsigned grid = grid_for(k, kThreads, validate_indices_kernel);
+  validate_indices_kernel<<<grid, kThreads, 0, stream>>>(indices, k, limit, error_flag);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 
@@ -456,7 +384,8 @@ void launch_sparse_scatter(const std::int32_t* indices, const void* values, bool
                            std::size_t numel, bool accumulate, cudaStream_t stream) {
   if (!accumulate && numel > 0) GRADCOMP_CUDA_CHECK(cudaMemsetAsync(out, 0, numel * sizeof(float), stream));
   if (k == 0) return;
-  scatter_kernel<<<grid_for(k, kThreads), kThreads, 0, stream>>>(indices, values, f16, k, out, accumulate);
+  const unsigned grid = grid_for(k, kThreads, scatter_kernel);
+  scatter_kernel<<<grid, kThreads, 0, stream>>>(indices, values, f16, k, out, accumulate);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 
