@@ -2,11 +2,14 @@
 # gradcomp's one-shot GPU check. On a machine with an NVIDIA GPU, nvcc and CMake (PyTorch optional) it:
 #   1. detects the GPU and its architecture (nvidia-smi --query-gpu=compute_cap: 9.0 -> sm_90 on H100/H200),
 #   2. checks the build dependencies and says exactly which are missing,
-#   3. configures a CUDA build for that architecture (no MPI, NCCL or Python needed) and builds only the library,
-#      the CUDA tests and the CUDA benchmark,
-#   4. runs the CUDA tests (CTest label gpu, plus the cpu-labelled CUDA plumbing test),
-#   5. runs bench/kernels/compressors_bench_cuda (64M and 256M floats, fraction of a device-to-device copy) and,
-#      when a CUDA PyTorch is importable, torch.topk as the peer of gradcomp's top-k,
+#   3. configures a CUDA build for that architecture (no MPI or Python; NCCL when nccl.h is found) without -Werror
+#      (a host compiler other than the one the code was written with must not fail the first run on a new warning),
+#      and builds the library and the tests first,
+#   4. runs the CUDA tests (CTest label gpu: the codec parity and, with NCCL, the NCCL communicator's one-rank test)
+#      and their CPU halves (codec_parity_reference_test, canonical_nan_test, the cuda_check_test plumbing),
+#   5. only then builds the CUDA benchmark (a failed benchmark build is reported, after the test results) and runs
+#      bench/kernels/compressors_bench_cuda (64M and 256M floats, fraction of a device-to-device copy) and, when a
+#      CUDA PyTorch is importable, torch.topk as the peer of gradcomp's top-k,
 #   6. prints a short table last.
 # Full logs go to $OUT when set, else ./gpu-results. Designed to finish within 8 minutes on an H200, build included.
 #
@@ -15,7 +18,8 @@
 #   --build-dir D  build directory (default: build-gpu in the repository root)
 #   --jobs N       parallel build jobs (default: nproc, at most 16)
 #   --no-bench     tests only
-# Exit status: 0 all ran and every test passed; 1 a test failed; 2 build failed; 3 no GPU; 4 dependencies missing.
+# Exit status: 0 all ran and every test passed; 1 a test failed; 2 the library/test build failed, or (tests all
+# passed) the benchmark build failed; 3 no GPU; 4 dependencies missing.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 RESULTS=${OUT:-$PWD/gpu-results}
@@ -30,7 +34,7 @@ while [ $# -gt 0 ]; do
     --build-dir) BUILD_DIR=$(realpath -m "$2"); shift ;;
     --jobs) JOBS=$2; shift ;;
     --no-bench) BENCH=0 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "check.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -91,6 +95,12 @@ if [ ${#missing[@]} -gt 0 ]; then
   exit 4
 fi
 [ $HAVE_BENCHMARK -eq 0 ] && say "note: Google Benchmark not found: the CPU benches are not built; the CUDA bench needs only the library."
+CUDA_HOME=$(dirname "$(dirname "$NVCC")")
+NCCL_FLAG=OFF
+for d in "$CUDA_HOME/include" /usr/include /usr/local/include ${CONDA_PREFIX:+$CONDA_PREFIX/include}; do
+  [ -e "$d/nccl.h" ] && NCCL_FLAG=ON && break
+done
+[ $NCCL_FLAG = OFF ] && say "WARNING: nccl.h not found (CUDA include dir, /usr/include, /usr/local/include): the NCCL communicator's one-rank test is NOT built or run (apt-get install libnccl-dev to include it)."
 say "tools: nvcc $("$NVCC" --version | tail -1), cmake $(cmake --version | head -1 | awk '{print $3}'), generator $GENERATOR, $JOBS jobs"
 
 # ---- 3. configure + build --------------------------------------------------------------------------------------------
@@ -99,37 +109,30 @@ BENCH_FLAG=OFF
 [ $HAVE_BENCHMARK -eq 1 ] && BENCH_FLAG=ON
 if ! cmake -S "$ROOT" -B "$BUILD_DIR" -G "$GENERATOR" -DCMAKE_BUILD_TYPE=Release \
      -DCMAKE_CUDA_COMPILER="$NVCC" -DGRADCOMP_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" \
-     -DGRADCOMP_WITH_MPI=OFF -DGRADCOMP_WITH_NCCL=OFF -DGRADCOMP_WITH_PYTHON=OFF \
+     -DGRADCOMP_WITH_MPI=OFF -DGRADCOMP_WITH_NCCL=$NCCL_FLAG -DGRADCOMP_WITH_PYTHON=OFF -DGRADCOMP_WERROR=OFF \
      -DGRADCOMP_BUILD_TESTS=ON -DGRADCOMP_BUILD_BENCH=$BENCH_FLAG > "$RESULTS/configure.log" 2>&1; then
   say "BUILD FAILED at configure: see $RESULTS/configure.log (last lines below)"
   tail -20 "$RESULTS/configure.log" | tee -a "$LOG"
   exit 2
 fi
-targets=(gradcomp cuda_check_test)
-for t in "$ROOT"/tests/gpu/*_gpu_test.cc; do targets+=("$(basename "$t" .cc)"); done
-[ $BENCH_FLAG = ON ] && targets+=(compressors_bench_cuda)
+# The tests first (the library and every test the run needs); the benchmark is built after the tests ran.
+targets=(gradcomp cuda_check_test codec_parity_reference_test canonical_nan_test)
+for t in "$ROOT"/tests/gpu/*_gpu_test.cc; do
+  name=$(basename "$t" .cc)
+  [ $NCCL_FLAG = OFF ] && [[ "$name" == nccl_* ]] && continue
+  targets+=("$name")
+done
 if ! cmake --build "$BUILD_DIR" -j "$JOBS" --target "${targets[@]}" > "$RESULTS/build.log" 2>&1; then
   say "BUILD FAILED: see $RESULTS/build.log (last lines below)"
   tail -30 "$RESULTS/build.log" | tee -a "$LOG"
   exit 2
 fi
-BENCH_EXE="$BUILD_DIR/bench/kernels/compressors_bench_cuda"
-if [ $BENCH -eq 1 ] && [ $BENCH_FLAG = OFF ]; then
-  # Without Google Benchmark the bench directory is not configured: compile the (plain) CUDA bench by hand.
-  CUDA_HOME=$(dirname "$(dirname "$NVCC")")
-  mkdir -p "$BUILD_DIR/bench/kernels"
-  if ! c++ -std=c++20 -O2 -I"$ROOT" -I"$ROOT/include" -I"$BUILD_DIR/generated/include" -I"$CUDA_HOME/include" \
-       "$ROOT/bench/kernels/compressors_bench_cuda.cc" -o "$BENCH_EXE" -L"$BUILD_DIR" -lgradcomp -lfmt \
-       -L"$CUDA_HOME/lib64" -lcudart -Wl,-rpath,"$BUILD_DIR:$CUDA_HOME/lib64" >> "$RESULTS/build.log" 2>&1; then
-    say "BUILD FAILED (CUDA bench): see $RESULTS/build.log"
-    exit 2
-  fi
-fi
 BUILD_S=$(( $(date +%s) - TB ))
 say "build: ${BUILD_S}s (${targets[*]})"
 
 # ---- 4. tests --------------------------------------------------------------------------------------------------------
-( cd "$BUILD_DIR" && timeout 300 ctest -R "_gpu_test\$|^cuda_check_test\$" --output-on-failure --timeout 240 ) \
+TEST_REGEX="_gpu_test\$|^cuda_check_test\$|^codec_parity_reference_test\$|^canonical_nan_test\$"
+( cd "$BUILD_DIR" && timeout 420 ctest -R "$TEST_REGEX" --output-on-failure --timeout 360 ) \
   > "$RESULTS/ctest-gpu.log" 2>&1
 CTEST_RC=$?
 n_pass=$(grep -cE "Test +#[0-9]+: .* Passed" "$RESULTS/ctest-gpu.log")
@@ -149,6 +152,25 @@ say "tests: ${TEST_SUMMARY:-no summary, see ctest-gpu.log}"
 # ---- 5. benchmarks ---------------------------------------------------------------------------------------------------
 BENCH_TXT="$RESULTS/bench.txt"
 TORCH_LINE=""
+BENCH_EXE="$BUILD_DIR/bench/kernels/compressors_bench_cuda"
+BENCH_BUILD_RC=0
+if [ $BENCH -eq 1 ]; then
+  if [ $BENCH_FLAG = ON ]; then
+    cmake --build "$BUILD_DIR" -j "$JOBS" --target compressors_bench_cuda > "$RESULTS/build-bench.log" 2>&1 || BENCH_BUILD_RC=2
+  else
+    # Without Google Benchmark the bench directory is not configured: compile the (plain) CUDA bench by hand.
+    mkdir -p "$BUILD_DIR/bench/kernels"
+    c++ -std=c++20 -O2 -I"$ROOT" -I"$ROOT/include" -I"$BUILD_DIR/generated/include" -I"$CUDA_HOME/include" \
+      "$ROOT/bench/kernels/compressors_bench_cuda.cc" -o "$BENCH_EXE" -L"$BUILD_DIR" -lgradcomp -lfmt \
+      -L"$CUDA_HOME/lib64" -lcudart -Wl,-rpath,"$BUILD_DIR:$CUDA_HOME/lib64" > "$RESULTS/build-bench.log" 2>&1 \
+      || BENCH_BUILD_RC=2
+  fi
+  if [ $BENCH_BUILD_RC -ne 0 ]; then
+    say "BENCHMARK BUILD FAILED (the tests above ran): see $RESULTS/build-bench.log (last lines below)"
+    tail -20 "$RESULTS/build-bench.log" | tee -a "$LOG"
+    BENCH=0
+  fi
+fi
 if [ $BENCH -eq 1 ]; then
   sizes=64M,256M; reps=5
   [ $QUICK -eq 1 ] && sizes=64M && reps=3
@@ -188,7 +210,9 @@ fi
     echo "copy: $(tail -n +2 "$RESULTS/bench.csv" | head -1 | cut -d, -f8) GB/s device-to-device (read+write), same run"
     [ -n "$TORCH_LINE" ] && echo "$TORCH_LINE"
   else
-    echo "benchmark: no results (see bench.txt)"
+    if [ $BENCH_BUILD_RC -ne 0 ]; then echo "benchmark: not built (see build-bench.log)"; else echo "benchmark: no results (see bench.txt)"; fi
   fi
+  [ $NCCL_FLAG = OFF ] && echo "nccl: not built (no nccl.h): the NCCL one-rank test did not run"
 } | tee -a "$LOG"
-exit $TEST_RC
+[ $TEST_RC -ne 0 ] && exit $TEST_RC
+exit $BENCH_BUILD_RC
