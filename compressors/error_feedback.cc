@@ -141,18 +141,7 @@ TensorState& ErrorFeedbackCompressor::state_for(std::string_view name, std::size
 std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<std::byte> out,
                                               const CompressContext& ctx) {
   GRADCOMP_CHECK(!ctx.name.empty(), "compressor '{}': CompressContext.name must name the tensor", name_);
-  if (grad.device().is_cuda()) {
-    const auto segments = resolve_segments(ctx, grad.numel(), name_);
-    GRADCOMP_CHECK(ctx.segments.empty() || carried_whole(segments),
-                   "compressor '{}': CUDA tensor '{}' on rank {} is made of {} segments; the CUDA path keys error "
-                   "feedback by the call's name only (compress each tensor on its own)",
-                   name_, ctx.name, ctx.rank, segments.size());
-    if (ctx.segments.empty()) return compress_cuda(grad, out, ctx);
-    CompressContext single = ctx;
-    single.name = segments[0].name;
-    single.segments = {};
-    return compress_cuda(grad, out, single);
-  }
+  if (grad.device().is_cuda()) return compress_cuda(grad, out, ctx);
   check_float_dtype(grad, name_, fmt::format("gradient '{}'", ctx.name));
   const std::size_t n = grad.numel();
   const std::size_t needed = max_payload_bytes(n);

@@ -65,7 +65,8 @@ struct EncodeArgs {
   int threads = 0;
 };
 
-class CudaPath;  // compressors/cuda_path.h
+class CudaPath;            // compressors/cuda_path.h
+struct DeviceTensorState;  // compressors/cuda_path.h
 
 class ErrorFeedbackCompressor : public Compressor {
  public:
@@ -129,6 +130,9 @@ class ErrorFeedbackCompressor : public Compressor {
   // every name when empty) into the host TensorState; drop_device also frees the device copy.
   void sync_to_host(std::string_view name, bool drop_device) const;
   void drop_device_states();
+  // CUDA builds: the host and device state of `name` (numel elements) on `device`, created (uploaded from the host
+  // state when it has one) if missing, and ordered after its last writer on `stream` (a cudaStream_t).
+  DeviceTensorState& device_state_for(std::string_view name, std::size_t numel, int device, void* stream, int rank);
   // Throws InvalidArgument when `name` already has state of another size than `numel`.
   void check_state_size(std::string_view name, std::size_t numel, int rank) const;
   // The state of a call made of several segments (or part of one tensor), gathered into work_ from the segments'

@@ -10,6 +10,7 @@
 
 #include "compressors/cuda_path.h"
 #include "compressors/error_feedback.h"
+#include "compressors/segments.h"
 #include "gradcomp/error.h"
 #include "kernels/common_cuda.h"
 #include "kernels/cuda_check.h"
@@ -106,6 +107,56 @@ void ErrorFeedbackCompressor::drop_device_states() {
   if (cuda_) cuda_->states.clear();
 }
 
+DeviceTensorState& ErrorFeedbackCompressor::device_state_for(std::string_view name, std::size_t numel, int device,
+                                                             void* stream_handle, int rank) {
+  auto stream = static_cast<cudaStream_t>(stream_handle);
+  // Host state (steps, scalars; float buffers stay empty while the device holds them) and device state.
+  auto host_it = states_.find(name);
+  if (host_it == states_.end()) {
+    TensorState fresh;
+    fresh.numel = numel;
+    fresh.buffers.resize(1 + extra_state_buffers());
+    host_it = states_.emplace(std::string(name), std::move(fresh)).first;
+  }
+  TensorState& state = host_it->second;
+  GRADCOMP_CHECK(state.numel == numel,
+                 "compressor '{}': tensor '{}' on rank {} has {} elements but its saved state has {} (did its shape "
+                 "change, or was state of another model loaded?)",
+                 name_, name, rank, numel, state.numel);
+  auto dev_it = cuda_->states.find(name);
+  if (dev_it != cuda_->states.end() && dev_it->second.device != device) {
+    sync_to_host(name, /*drop_device=*/true);  // the tensor moved to another GPU
+    dev_it = cuda_->states.end();
+  }
+  if (dev_it == cuda_->states.end()) {
+    DeviceTensorState dstate;
+    dstate.device = device;
+    dstate.numel = numel;
+    const std::size_t count = 1 + extra_state_buffers();
+    dstate.current.resize(count);
+    dstate.next.resize(count);
+    for (std::size_t b = 0; b < count; ++b) {
+      if (b == 0 && !ef_) continue;
+      const std::size_t bytes = std::max<std::size_t>(numel, 1) * sizeof(float);
+      dstate.current[b].reserve(bytes);
+      dstate.next[b].reserve(bytes);
+      const auto& host = state.buffers[b];
+      if (host.size() == numel && numel > 0) {
+        GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dstate.current[b].data(), host.data(), numel * sizeof(float),
+                                            cudaMemcpyHostToDevice, stream));
+      } else {
+        GRADCOMP_CUDA_CHECK(cudaMemsetAsync(dstate.current[b].data(), 0, numel * sizeof(float), stream));
+      }
+    }
+    // The device now holds the authoritative copy (the host's may be empty).
+    dstate.device_newer = true;
+    dev_it = cuda_->states.emplace(std::string(name), std::move(dstate)).first;
+  }
+  DeviceTensorState& dstate = dev_it->second;
+  dstate.written.order_before(stream);  // the last compress of this tensor may have run on another stream
+  return dstate;
+}
+
 std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::span<std::byte> out,
                                                    const CompressContext& ctx) {
   check_float_dtype(grad, name_, fmt::format("gradient '{}'", ctx.name));
@@ -130,50 +181,48 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
   auto stream = static_cast<cudaStream_t>(grad.stream());
   CudaCodec& codec = *cuda_->codec;
 
-  // Host state (steps, scalars; float buffers stay empty while the device holds them) and device state.
-  auto host_it = states_.find(ctx.name);
-  if (host_it == states_.end()) {
-    TensorState fresh;
-    fresh.numel = n;
-    fresh.buffers.resize(1 + extra_state_buffers());
-    host_it = states_.emplace(std::string(ctx.name), std::move(fresh)).first;
+  // The segments' states (one segment carried whole works on its own state; anything else on a gathered copy).
+  const std::vector<TensorSegment> segments = resolve_segments(ctx, n, name_);
+  for (const TensorSegment& segment : segments) check_state_size(segment.name, segment.total, ctx.rank);
+  std::vector<DeviceTensorState*> dstates;
+  std::vector<TensorState*> hstates;
+  for (const TensorSegment& segment : segments) {
+    dstates.push_back(&device_state_for(segment.name, segment.total, device, stream, ctx.rank));
+    hstates.push_back(&states_.find(segment.name)->second);
   }
-  TensorState& state = host_it->second;
-  GRADCOMP_CHECK(state.numel == n,
-                 "compressor '{}': tensor '{}' on rank {} has {} elements but its saved state has {} (did its shape "
-                 "change, or was state of another model loaded?)",
-                 name_, ctx.name, ctx.rank, n, state.numel);
-  auto dev_it = cuda_->states.find(ctx.name);
-  if (dev_it != cuda_->states.end() && dev_it->second.device != device) {
-    sync_to_host(ctx.name, /*drop_device=*/true);  // the tensor moved to another GPU
-    dev_it = cuda_->states.end();
-  }
-  if (dev_it == cuda_->states.end()) {
-    DeviceTensorState dstate;
-    dstate.device = device;
-    dstate.numel = n;
-    const std::size_t count = 1 + extra_state_buffers();
-    dstate.current.resize(count);
-    dstate.next.resize(count);
-    for (std::size_t b = 0; b < count; ++b) {
+  // A whole tensor works on its own state in place; anything else (and a skipped step) on a gathered copy.
+  bool in_place = carried_whole(segments);
+  const std::size_t buffer_count = 1 + extra_state_buffers();
+  DeviceTensorState* work = in_place ? dstates[0] : &cuda_->work[device];
+  TensorState& state = in_place ? *hstates[0] : work_;
+  auto gather = [&](const std::vector<bool>& zero) {
+    work = &cuda_->work[device];
+    work->device = device;
+    work->numel = n;
+    work->current.resize(buffer_count);
+    work->next.resize(buffer_count);
+    for (std::size_t b = 0; b < buffer_count; ++b) {
       if (b == 0 && !ef_) continue;
       const std::size_t bytes = std::max<std::size_t>(n, 1) * sizeof(float);
-      dstate.current[b].reserve(bytes);
-      dstate.next[b].reserve(bytes);
-      const auto& host = state.buffers[b];
-      if (host.size() == n && n > 0) {
-        GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dstate.current[b].data(), host.data(), n * sizeof(float),
-                                            cudaMemcpyHostToDevice, stream));
-      } else {
-        GRADCOMP_CUDA_CHECK(cudaMemsetAsync(dstate.current[b].data(), 0, n * sizeof(float), stream));
+      work->current[b].reserve(bytes);
+      work->next[b].reserve(bytes);
+      for (std::size_t s = 0; s < segments.size(); ++s) {
+        auto* to = work->current[b].as<float>() + segments[s].offset;
+        const std::size_t count = segments[s].numel * sizeof(float);
+        if (zero[s]) {
+          GRADCOMP_CUDA_CHECK(cudaMemsetAsync(to, 0, count, stream));
+        } else {
+          GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(to, dstates[s]->current[b].as<const float>() + segments[s].start, count,
+                                              cudaMemcpyDeviceToDevice, stream));
+        }
       }
     }
-    // The device now holds the authoritative copy (the host's may be empty).
-    dstate.device_newer = true;
-    dev_it = cuda_->states.emplace(std::string(ctx.name), std::move(dstate)).first;
+  };
+  if (!in_place) {
+    gather(std::vector<bool>(segments.size(), false));
+    const auto scalars = call_scalars_.find(ctx.name);
+    work_.scalars = scalars == call_scalars_.end() ? std::vector<double>{} : scalars->second;
   }
-  DeviceTensorState& dstate = dev_it->second;
-  dstate.written.order_before(stream);  // the last compress of this tensor may have run on another stream
 
   DeviceScratch& scratch = cuda_->scratch[device];
   const ScratchUse scratch_use(scratch, stream);
@@ -188,98 +237,109 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
   }
   auto* counters = scratch.counters.as<kernels::DeviceCounters>();
 
-  std::vector<const float*> current(dstate.current.size());
-  std::vector<float*> next(dstate.next.size());
-  for (std::size_t b = 0; b < current.size(); ++b) {
-    current[b] = dstate.current[b].as<const float>();
-    next[b] = dstate.next[b].as<float>();
-  }
-  CudaEncodeArgs args;
-  args.grad = values;
-  args.numel = n;
-  args.ctx = &ctx;
-  args.state = &state;
-  args.tensor_key = kernels::fnv1a64(ctx.name.data(), ctx.name.size());
-  args.original_dtype = grad.dtype();
-  args.buffers = current;
-  args.next = next;
-  args.counters = counters;
-  args.workspace = scratch.workspace.data();
-  args.stream = stream;
+  // One encode of `input` against work's current buffers into its next buffers; returns the payload size.
+  auto encode_once = [&](const float* input, CompressStats& stats) {
+    std::vector<const float*> current(buffer_count, nullptr);
+    std::vector<float*> next(buffer_count, nullptr);
+    for (std::size_t b = 0; b < buffer_count; ++b) {
+      current[b] = work->current[b].as<const float>();
+      next[b] = work->next[b].as<float>();
+    }
+    CudaEncodeArgs args;
+    args.grad = input;
+    args.numel = n;
+    args.ctx = &ctx;
+    args.state = &state;
+    args.tensor_key = kernels::fnv1a64(ctx.name.data(), ctx.name.size());  // random streams follow the call's name
+    args.original_dtype = grad.dtype();
+    args.buffers = current;
+    args.next = next;
+    args.counters = counters;
+    args.workspace = scratch.workspace.data();
+    args.stream = stream;
+    GRADCOMP_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(kernels::DeviceCounters), stream));
+    const std::size_t size = codec.encode(args, out.data(), stats);
+    kernels::DeviceCounters host_counters{};
+    GRADCOMP_CUDA_CHECK(
+        cudaMemcpyAsync(&host_counters, counters, sizeof(host_counters), cudaMemcpyDeviceToHost, stream));
+    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    stats.nonfinite = host_counters.nonfinite;
+    stats.saturated = std::max<std::size_t>(stats.saturated, host_counters.saturated);
+    return size;
+  };
 
   stats_ = CompressStats{};
   stats_.numel = n;
   const std::vector<double> scalars_before = state.scalars;
-  auto* payload = out.data();
-  GRADCOMP_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(kernels::DeviceCounters), stream));
-  std::size_t size = codec.encode(args, payload, stats_);
-  kernels::DeviceCounters host_counters{};
-  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&host_counters, counters, sizeof(host_counters), cudaMemcpyDeviceToHost, stream));
-  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  stats_.nonfinite = host_counters.nonfinite;
-  stats_.saturated = std::max<std::size_t>(stats_.saturated, host_counters.saturated);
-
-  if (stats_.nonfinite > 0) {
-    switch (nonfinite_) {
-      case NonFinitePolicy::kRaise: {
-        state.scalars = scalars_before;
-        std::vector<float> host(n);
-        GRADCOMP_CUDA_CHECK(cudaMemcpy(host.data(), values, n * sizeof(float), cudaMemcpyDeviceToHost));
-        const auto bad = std::find_if(host.begin(), host.end(), [](float v) { return !std::isfinite(v); });
-        const std::size_t first = static_cast<std::size_t>(bad - host.begin());
-        throw InvalidArgument(fmt::format(
-            "compressor '{}': gradient '{}' on rank {} at step {} has {} non-finite value(s), the first at index {} "
-            "({}); the error-feedback state was left untouched (use nonfinite=skip or nonfinite=pass to continue)",
-            name_, ctx.name, ctx.rank, ctx.step, stats_.nonfinite, first, bad == host.end() ? 0.0f : *bad));
+  std::size_t size = encode_once(values, stats_);
+  std::vector<bool> keep(segments.size(), true);
+  if (stats_.nonfinite > 0 && nonfinite_ != NonFinitePolicy::kPass) {
+    state.scalars = scalars_before;
+    std::vector<float> host(n);
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(host.data(), values, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
+    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (nonfinite_ == NonFinitePolicy::kRaise) {
+      const auto bad = std::find_if(host.begin(), host.end(), [](float v) { return !std::isfinite(v); });
+      throw_nonfinite(ctx, segments, host.data(), static_cast<std::size_t>(bad - host.begin()));
+    }
+    // skip: every segment holding NaN/Inf is encoded as zeros against zero state and keeps its own state (a rare
+    // path: it allocates); the other segments take their step. A whole tensor switches to a gathered copy.
+    std::vector<bool> zero(segments.size(), false);
+    for (std::size_t s = 0; s < segments.size(); ++s) {
+      const float* begin = host.data() + segments[s].offset;
+      zero[s] = !std::all_of(begin, begin + segments[s].numel, [](float v) { return std::isfinite(v); });
+      keep[s] = !zero[s];
+    }
+    in_place = false;
+    gather(zero);
+    kernels::DeviceBuffer masked(std::max<std::size_t>(n, 1) * sizeof(float));
+    GRADCOMP_CUDA_CHECK(
+        cudaMemcpyAsync(masked.data(), values, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+    for (std::size_t s = 0; s < segments.size(); ++s) {
+      if (zero[s]) {
+        GRADCOMP_CUDA_CHECK(cudaMemsetAsync(masked.as<float>() + segments[s].offset, 0,
+                                            segments[s].numel * sizeof(float), stream));
       }
-      case NonFinitePolicy::kSkip: {
-        // Encode zeros against throw-away state (a rare path: it allocates), so nothing persistent changes.
-        state.scalars = scalars_before;
-        const std::size_t bytes = std::max<std::size_t>(n, 1) * sizeof(float);
-        kernels::DeviceBuffer zeros(bytes);
-        GRADCOMP_CUDA_CHECK(cudaMemsetAsync(zeros.data(), 0, bytes, stream));
-        std::vector<kernels::DeviceBuffer> extra_cur(current.size()), extra_next(current.size());
-        std::vector<const float*> scratch_cur(current.size(), nullptr);
-        std::vector<float*> scratch_next(current.size(), nullptr);
-        for (std::size_t b = 1; b < current.size(); ++b) {
-          extra_cur[b].reserve(bytes);
-          extra_next[b].reserve(bytes);
-          GRADCOMP_CUDA_CHECK(cudaMemsetAsync(extra_cur[b].data(), 0, bytes, stream));
-          scratch_cur[b] = extra_cur[b].as<const float>();
-          scratch_next[b] = extra_next[b].as<float>();
-        }
-        TensorState scratch_state;
-        scratch_state.numel = n;
-        scratch_state.scalars = state.scalars;
-        CudaEncodeArgs zero_args = args;
-        zero_args.grad = zeros.as<const float>();
-        zero_args.state = &scratch_state;
-        zero_args.buffers = scratch_cur;
-        zero_args.next = scratch_next;
-        CompressStats zero_stats;
-        zero_stats.numel = n;
-        GRADCOMP_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(kernels::DeviceCounters), stream));
-        size = codec.encode(zero_args, payload, zero_stats);
-        GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
-        zero_stats.nonfinite = stats_.nonfinite;
-        zero_stats.skipped = true;
-        zero_stats.payload_bytes = size;
-        stats_ = zero_stats;
-        return size;
-      }
-      case NonFinitePolicy::kPass:
-        for (float* buffer : next) {
-          if (buffer) kernels::launch_zero_nonfinite(buffer, n, stream);
-        }
-        break;
+    }
+    const std::size_t nonfinite = stats_.nonfinite;
+    CompressStats skipped_stats;
+    skipped_stats.numel = n;
+    size = encode_once(masked.as<const float>(), skipped_stats);
+    skipped_stats.nonfinite = nonfinite;
+    skipped_stats.skipped = true;
+    stats_ = skipped_stats;
+    state.scalars = scalars_before;  // diagnostics of a skipped step are not kept
+  } else if (stats_.nonfinite > 0) {  // pass: no NaN/Inf stays in any state buffer
+    for (std::size_t b = 0; b < buffer_count; ++b) {
+      if (work->next[b].data()) kernels::launch_zero_nonfinite(work->next[b].as<float>(), n, stream);
     }
   }
-  for (std::size_t b = 0; b < dstate.current.size(); ++b) {
-    if (next[b]) dstate.current[b].swap(dstate.next[b]);
+
+  // Commit: the new state of every kept segment.
+  if (in_place) {
+    for (std::size_t b = 0; b < buffer_count; ++b) {
+      if (work->next[b].data()) work->current[b].swap(work->next[b]);
+    }
+  } else {
+    for (std::size_t b = 0; b < buffer_count; ++b) {
+      if (!work->next[b].data()) continue;
+      for (std::size_t s = 0; s < segments.size(); ++s) {
+        if (!keep[s] || segments[s].numel == 0) continue;
+        GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dstates[s]->current[b].as<float>() + segments[s].start,
+                                            work->next[b].as<const float>() + segments[s].offset,
+                                            segments[s].numel * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+      }
+    }
+    if (!stats_.skipped && !carried_whole(segments)) {
+      call_scalars_.insert_or_assign(std::string(ctx.name), work_.scalars);
+    }
   }
-  dstate.device_newer = true;
-  dstate.written.record(stream);
-  ++state.steps;
+  for (std::size_t s = 0; s < segments.size(); ++s) {
+    if (!keep[s]) continue;
+    dstates[s]->device_newer = true;
+    dstates[s]->written.record(stream);
+    if (segments[s].start == 0) ++hstates[s]->steps;
+  }
   stats_.payload_bytes = size;
   return size;
 }
