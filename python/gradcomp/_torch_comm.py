@@ -143,9 +143,12 @@ class ProcessGroupAdapter:
             t.copy_(acc.div_(divisor) if divisor != 1 else acc)
             return
         m = (n + world - 1) // world
-        padded = self._buffer("half_padded", world * m, t.dtype)
-        padded[:n].copy_(t)
-        padded[n:].zero_()
+        if n == world * m:
+            padded = t  # divides evenly: the chunks are t's own, no copy in or out
+        else:
+            padded = self._buffer("half_padded", world * m, t.dtype)
+            padded[:n].copy_(t)
+            padded[n:].zero_()
         chunks = self._buffer("half_chunks", world * m, t.dtype)
         self._run("allreduce (all_to_all)", timeout_s, lambda: dist.all_to_all_single(
             chunks.view(torch.uint8), padded.view(torch.uint8), group=self.group, async_op=True))
@@ -158,7 +161,8 @@ class ProcessGroupAdapter:
         summed = self._buffer("half_sum", m, t.dtype)
         summed.copy_(acc)
         self.allgather(summed.view(torch.uint8), padded.view(torch.uint8), timeout_s)
-        t.copy_(padded[:n])
+        if padded is not t:
+            t.copy_(padded[:n])
 
     # -- plumbing -----------------------------------------------------------------------------------------------------
     def _run(self, what, timeout_s, issue):
@@ -238,17 +242,20 @@ def close_all():
 
 
 def allreduce_async(compressor, tensor, name, step, op="average", segments=None, group=None, result=None,
-                    stats=None):
+                    stats=None, hierarchical=False):
     """Averages (op="average") or sums `tensor` (contiguous, 1-D, float32/16 or bfloat16) in place over `group` with
     `compressor` (a gradcomp Compressor or Python codec), off the caller's thread. `segments`: None or
     [(name, offset, numel)], the named tensors `tensor` is made of (error feedback is kept per name). Returns a torch
     Future whose value is `result`; when `stats` is a dict it receives the AllreduceStats (algorithm,
-    switched_to_dense, bytes, seconds) before the future completes."""
+    switched_to_dense, bytes, seconds) before the future completes. hierarchical: dense float32 sum inside each node
+    (GRADCOMP_LOCAL_SIZE ranks per node), compressed allreduce between the node leaders; the group must span the
+    whole job (the node groups are torch groups, built on the first such call)."""
     ex = exchange_for(group)
     if compressor.is_python:
         parts = segments if segments else [(name, 0, tensor.numel())]
         return ex.worker.submit_call(lambda: _python_codec_allreduce(ex.comm, compressor, tensor, parts, op, result))
-    return ex.worker.submit(compressor._impl, tensor.detach(), name, op, step, "auto", segments, result, stats)
+    return ex.worker.submit(compressor._impl, tensor.detach(), name, op, step, "auto", segments, hierarchical, result,
+                            stats)
 
 
 def _python_codec_allreduce(comm, codec, tensor, parts, op, result):

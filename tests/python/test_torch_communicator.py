@@ -24,8 +24,9 @@ def _same_on_every_rank(t):
 
 def _check_half_sums(comm, rank, world):
     for dtype in (torch.float16, torch.bfloat16):
-        # 300k values: 600 KB, under the split-sum threshold (float32 allreduce); 700k values: 1.4 MB, split sum.
-        for numel in (1000, 300_001, 700_001):
+        # 300k values: 600 KB, under the split-sum threshold (float32 allreduce); 600k and 700k values: split sum, in
+        # place (divides by 3) and through the padded buffer.
+        for numel in (1000, 300_001, 600_000, 700_001):
             parts = [torch.randn(numel, generator=torch.Generator().manual_seed(7 * r + numel)).to(dtype)
                      for r in range(world)]
             for op in ("sum", "average"):
