@@ -43,9 +43,10 @@ class HookState:
     bucket's name to the AllreduceStats of its latest exchange (``algorithm``: dense, sparse, sra or allgather;
     ``switched_to_dense``, ``payload_bytes``, ``wire_bytes``, seconds), filled when its future completes."""
 
-    def __init__(self, spec, model=None, process_group=None, **params):
+    def __init__(self, spec, model=None, process_group=None, hierarchical=False, **params):
         self.compressor = compressor(spec, **params)
         self.process_group = process_group
+        self.hierarchical = bool(hierarchical)
         self.step = 0
         self.last_stats = {}
         self._names = {}
@@ -98,19 +99,24 @@ def _gradcomp_hook(state, bucket):
     name = bucket_name(segments)
     stats = state.last_stats[name] = {}
     fut = _torch_comm.allreduce_async(state.compressor, buffer, name, state.step, op="average", segments=segments,
-                                      group=state.process_group, result=buffer, stats=stats)
+                                      group=state.process_group, result=buffer, stats=stats,
+                                      hierarchical=state.hierarchical)
     if bucket.is_last():
         state.step += 1
     return fut
 
 
-def ddp_comm_hook(spec="topk:ratio=0.01", model=None, process_group=None, **params):
-    """``(state, hook)`` for ``DistributedDataParallel.register_comm_hook``, compressing each bucket's gradients
-    per parameter with gradcomp (spec like ``"topk:ratio=0.01"``, a Compression name or a Python-registered codec).
+def ddp_comm_hook(spec="topk:ratio=0.01", model=None, process_group=None, hierarchical=False, **params):
+    """``(state, hook)`` for ``DistributedDataParallel.register_comm_hook``: each bucket goes through gradcomp's C++
+    compressed_allreduce (spec like ``"topk:ratio=0.01"``, a Compression name or a Python-registered codec), the
+    algorithm chosen by the codec's traits.
 
-    Pass ``model`` so residuals are keyed by parameter names. Works on gloo (CPU) and NCCL (GPU) groups.
+    Pass ``model`` so residuals are keyed by parameter names. ``hierarchical=True``: dense sum inside each node
+    (``GRADCOMP_LOCAL_SIZE`` ranks per node), compressed between node leaders (the group must span the whole job).
+    Works on gloo (CPU) and NCCL (GPU) groups.
     """
-    return HookState(spec, model=model, process_group=process_group, **params), _gradcomp_hook
+    return HookState(spec, model=model, process_group=process_group, hierarchical=hierarchical, **params), \
+        _gradcomp_hook
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -121,7 +121,7 @@ void init_comm(nb::module_& m) {
       "compressed_allreduce",
       [](Communicator& comm, Compressor& compressor, const OutArray& tensor, std::string_view name,
          std::string_view op, std::uint64_t step, std::uintptr_t stream, nb::handle segments,
-         std::string_view algorithm) {
+         std::string_view algorithm, bool hierarchical) {
         const std::string what = fmt::format("compressed_allreduce('{}')", name);
         const TensorView view = to_view(tensor, what, stream);
         const OwnedSegments owned(segments, view.numel(), what);
@@ -130,6 +130,7 @@ void init_comm(nb::module_& m) {
         options.step = step;
         options.algorithm = parse_algorithm(algorithm);
         options.segments = owned.view();
+        options.hierarchical = hierarchical;
         AllreduceStats stats;
         {
           nb::gil_scoped_release release;
@@ -140,10 +141,11 @@ void init_comm(nb::module_& m) {
         return d;
       },
       "comm"_a, "compressor"_a, "tensor"_a, "name"_a, "op"_a = "average", "step"_a = 0, "stream"_a = 0,
-      "segments"_a = nb::none(), "algorithm"_a = "auto",
+      "segments"_a = nb::none(), "algorithm"_a = "auto", "hierarchical"_a = false,
       "In place: the average (or sum) over ranks of what each rank's compressor sent. segments: None or "
-      "[(name, offset, numel)], the named tensors the tensor is made of (error feedback per name). Returns the "
-      "AllreduceStats as a dict.");
+      "[(name, offset, numel)], the named tensors the tensor is made of (error feedback per name). hierarchical: "
+      "dense sum inside each node (comm.node_color(), GRADCOMP_LOCAL_SIZE), compressed between node leaders (node "
+      "groups built for this call). Returns the AllreduceStats as a dict.");
 #else
   m.attr("has_collectives") = false;
 #endif

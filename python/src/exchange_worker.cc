@@ -36,11 +36,13 @@ ExchangeWorker::ExchangeWorker(nb::object communicator)
   pthread_setname_np(thread_.native_handle(), "gradcomp-xchg");
 }
 
-ExchangeWorker::~ExchangeWorker() { close(); }
+ExchangeWorker::~ExchangeWorker() {
+  close();
+}
 
 nb::object ExchangeWorker::submit(nb::object compressor, nb::object tensor, std::string name, std::string_view op,
                                   std::uint64_t step, std::string_view algorithm, nb::handle segments,
-                                  nb::object result, nb::object stats) {
+                                  bool hierarchical, nb::object result, nb::object stats) {
   auto job = std::make_unique<Job>();
   job->compressor = nb::cast<Compressor*>(compressor);
   job->compressor_owner = std::move(compressor);
@@ -53,6 +55,7 @@ nb::object ExchangeWorker::submit(nb::object compressor, nb::object tensor, std:
   job->options.step = step;
   job->options.algorithm = parse_algorithm(algorithm);
   job->options.segments = job->segments->view();
+  job->options.hierarchical = hierarchical;
   job->result = std::move(result);
   job->stats = std::move(stats);
   return enqueue(std::move(job));
@@ -100,16 +103,17 @@ void ExchangeWorker::loop() {
     {
       std::unique_lock lock(mutex_);
       wake_.wait(lock, [this] { return closing_ || !queue_.empty(); });
-      if (queue_.empty()) return;
+      if (queue_.empty()) break;
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    run(*job, *communicator_);
+    run(*job);
     finish(std::move(job));
   }
+  nodes_.reset();  // here, while close() has released the GIL: the node communicators take it to release theirs
 }
 
-void ExchangeWorker::run(Job& job, Communicator& comm) {
+void ExchangeWorker::run(Job& job) {
   if (job.fn.is_valid()) {
     nb::gil_scoped_acquire gil;
     try {
@@ -120,7 +124,11 @@ void ExchangeWorker::run(Job& job, Communicator& comm) {
     return;
   }
   try {
-    job.done = compressed_allreduce(comm, *job.compressor, job.tensor, job.name, job.options);
+    if (job.options.hierarchical) {
+      if (nodes_ == nullptr) nodes_ = std::make_unique<NodeGroups>(make_node_groups(*communicator_));
+      job.options.nodes = nodes_.get();
+    }
+    job.done = compressed_allreduce(*communicator_, *job.compressor, job.tensor, job.name, job.options);
   } catch (...) {
     job.error = std::current_exception();
   }

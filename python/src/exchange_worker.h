@@ -16,6 +16,7 @@
 #include <string_view>
 #include <thread>
 
+#include "gradcomp/collectives.h"
 #include "gradcomp/communicator.h"
 
 namespace gradcomp::python {
@@ -32,15 +33,17 @@ class ExchangeWorker {
   ExchangeWorker(const ExchangeWorker&) = delete;
   ExchangeWorker& operator=(const ExchangeWorker&) = delete;
 
-  // Enqueues compressed_allreduce(comm, compressor, tensor, name, {op, step, algorithm, segments}) on the tensor in
-  // place. `segments`: None or [(name, offset, numel)] covering the tensor in order. Returns a torch.futures.Future
+  // Enqueues compressed_allreduce(comm, compressor, tensor, name, {op, step, algorithm, segments, hierarchical}) on
+  // the tensor in place. `segments`: None or [(name, offset, numel)] covering the tensor in order. `hierarchical`: the
+  // node groups are built by the first such job (a collective split, in job order on every rank) and reused by the
+  // later ones for the worker's lifetime. Returns a torch.futures.Future
   // whose value is `result` once the tensor holds the aggregate, or that carries the gradcomp exception (with rank
   // and tensor name). When `stats` is a dict, the AllreduceStats are written into it before the future completes.
   // The worker holds references to the compressor and the tensor until then. Arguments are checked here (raising in
   // the caller). The compressor must not be used by another thread while its jobs are pending.
   nb::object submit(nb::object compressor, nb::object tensor, std::string name, std::string_view op,
-                    std::uint64_t step, std::string_view algorithm, nb::handle segments, nb::object result,
-                    nb::object stats);
+                    std::uint64_t step, std::string_view algorithm, nb::handle segments, bool hierarchical,
+                    nb::object result, nb::object stats);
   // Enqueues a Python callable, run with the GIL in order with the other jobs (the fallback for Python codecs); the
   // future's value is its return value, or its exception.
   nb::object submit_call(nb::object fn);
@@ -51,7 +54,7 @@ class ExchangeWorker {
   struct Job;
   nb::object enqueue(std::unique_ptr<Job> job);
   void loop();
-  static void run(Job& job, Communicator& comm);
+  void run(Job& job);
   static void finish(std::unique_ptr<Job> job);
 
   nb::object communicator_owner_;
@@ -60,6 +63,7 @@ class ExchangeWorker {
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<std::unique_ptr<Job>> queue_;
+  std::unique_ptr<NodeGroups> nodes_;  // used by the worker thread only
   bool closing_ = false;
   std::thread thread_;
 };

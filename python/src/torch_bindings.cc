@@ -26,7 +26,8 @@ void init_torch(nb::module_& m) {
                              "One thread per process group running compressed allreduces in submission order.")
       .def(nb::init<nb::object>(), "communicator"_a)
       .def("submit", &ExchangeWorker::submit, "compressor"_a, "tensor"_a, "name"_a, "op"_a = "average",
-           "step"_a = 0, "algorithm"_a = "auto", "segments"_a = nb::none(), "result"_a = nb::none(),
+           "step"_a = 0, "algorithm"_a = "auto", "segments"_a = nb::none(), "hierarchical"_a = false,
+           "result"_a = nb::none(),
            "stats"_a = nb::none(),
            "Enqueues an in-place compressed allreduce; returns a torch.futures.Future whose value is `result`.")
       .def("submit_call", &ExchangeWorker::submit_call, "fn"_a,

@@ -91,7 +91,7 @@ def local_grads(model, batches, world):
     return local
 
 
-def reference_allreduce(ref_comps, flats, name, step, segments=None, op="average"):
+def reference_allreduce(ref_comps, flats, name, step, segments=None, op="average", hierarchical=False):
     """What gradcomp's C++ compressed_allreduce gives when rank r holds flats[r] and compresses with ref_comps[r]:
     the same algorithms run over in-process communicators (comm/local, one thread per rank), independent of
     torch.distributed. Returns every rank's result."""
@@ -104,7 +104,7 @@ def reference_allreduce(ref_comps, flats, name, step, segments=None, op="average
     def run(r):
         try:
             gradcomp._gradcomp.compressed_allreduce(comms[r], ref_comps[r]._impl, outs[r], name, op, step, 0,
-                                                    segments)
+                                                    segments, "auto", hierarchical)
         except BaseException as e:  # noqa: BLE001 - re-raised below
             errors.append(e)
 
@@ -135,13 +135,13 @@ def expected_grads(ref_comps, model, batches, step, world):
     return expected
 
 
-def expected_bucket_grads(ref_comps, local, buckets, world):
+def expected_bucket_grads(ref_comps, local, buckets, world, hierarchical=False):
     """Reference of the DDP hook: every recorded bucket (name, [(parameter, offset, numel)], step) exchanged whole by
     reference_allreduce with its segments, as the hook hands it to the C++ algorithms; {parameter: gradient}."""
     expected = {}
     for name, segments, step in buckets:
         flats = [torch.cat([local[r][n] for n, _, _ in segments]) for r in range(world)]
-        out = reference_allreduce(ref_comps, flats, name, step, segments)[0]
+        out = reference_allreduce(ref_comps, flats, name, step, segments, hierarchical=hierarchical)[0]
         for n, offset, numel in segments:
             expected[n] = out[offset:offset + numel]
     return expected

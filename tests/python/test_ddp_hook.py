@@ -32,14 +32,14 @@ def _expected_algorithm(comp):
     return "dense" if traits["summable"] else "sparse" if traits["gatherable"] else "sra"
 
 
-def _worker(rank, world, port, specs, bucket_cap_mb, switched=None):
+def _worker(rank, world, port, specs, bucket_cap_mb, switched=None, hierarchical=False):
     """switched: {spec: whether every bucket's sparse allreduce must have gone dense}."""
     helpers.init_gloo(rank, world, port)
     helpers.register_python_codec()
     for spec in specs:
         model = helpers.make_model()
         ddp = DDP(model, bucket_cap_mb=bucket_cap_mb)
-        state, hook = gct.ddp_comm_hook(spec, model=model)
+        state, hook = gct.ddp_comm_hook(spec, model=model, hierarchical=hierarchical)
         buckets = []
         ddp.register_comm_hook(state, _recording(hook, buckets))
         ref_comps = [gradcomp.compressor(spec) for _ in range(world)]
@@ -57,11 +57,12 @@ def _worker(rank, world, port, specs, bucket_cap_mb, switched=None):
                 expected = helpers.expected_grads(ref_comps, model, batches, step, world)
             else:
                 local = helpers.local_grads(model, batches, world)
-                expected = helpers.expected_bucket_grads(ref_comps, local, buckets, world)
+                expected = helpers.expected_bucket_grads(ref_comps, local, buckets, world, hierarchical)
                 # The C++ algorithm the codec's traits call for ran on every bucket.
                 for name, _, _ in buckets:
                     stats = state.last_stats[name]
                     assert stats["algorithm"] == _expected_algorithm(state.compressor), f"{spec} {name}: {stats}"
+                    assert stats["hierarchical"] == hierarchical, f"{spec} {name}: {stats}"
                     if switched is not None and spec in switched:
                         assert stats["switched_to_dense"] == switched[spec], f"{spec} {name}: {stats}"
             helpers.assert_grads_match(model, expected, spec, rank, step)
@@ -133,6 +134,16 @@ def _train_worker(rank, world, port, spec):
     assert float(loss) < 0.9 * first, f"{spec}: loss {first:.4f} -> {float(loss):.4f} did not decrease"
     helpers.release(ddp)
     dist.destroy_process_group()
+
+
+def test_ddp_hook_hierarchical_4_ranks(monkeypatch):
+    """hierarchical=True with two emulated nodes of two ranks (GRADCOMP_LOCAL_SIZE=2): float32 sum inside each node,
+    the codec's algorithm between the two node leaders, broadcast back; equal to the in-process reference with the
+    same node layout, identical on every rank."""
+    monkeypatch.setenv("GRADCOMP_LOCAL_SIZE", "2")
+    names = {c["name"] for c in gradcomp.list_compressors()}
+    specs = [s for s in ("qsgd", "topk:ratio=0.05", "fp16") if s.split(":")[0] in names]
+    mp.spawn(_worker, args=(4, helpers.rendezvous(), specs, 0.004, None, True), nprocs=4, join=True)
 
 
 def _split_sum_worker(rank, world, port, specs):
