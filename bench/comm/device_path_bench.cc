@@ -1,0 +1,205 @@
+// device_path_bench: the fused Runtime on one rank's gradients, per spec: GB/s of gradient per step (gradient bytes /
+// wall time of enqueue-all + synchronize), on CUDA tensors over a communicator that takes device memory (NCCL with
+// one rank when the build has it, else the in-process backend behind comm::stage_device_memory), or on host tensors
+// (--device cpu, runs anywhere). Also reports bytes staged through the host per step (0 on the device-resident
+// path) and compares every result with the host path's bits on the same input (#wrong; exit 1 on any).
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "comm/device_staging.h"
+#include "gradcomp/config.h"
+#include "gradcomp/error.h"
+#include "gradcomp/runtime.h"
+
+#if GRADCOMP_WITH_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace gradcomp {
+namespace {
+
+struct Config {
+  std::string device = "cuda";
+  std::size_t numel = 25'000'000;
+  std::size_t tensors = 50;
+  int steps = 5;
+  int warmup = 2;
+  bool check = true;
+  std::vector<std::string> specs = {"none", "fp16", "qsgd:bits=4", "topk:ratio=0.01", "dgc:ratio=0.001"};
+};
+
+void usage() {
+  std::puts(
+      "usage: device_path_bench [options]\n"
+      "  --device D     cuda (default) or cpu\n"
+      "  --numel N      floats of gradient per step (default 25e6), split into --tensors T tensors (default 50)\n"
+      "  --steps N      timed steps per spec (default 5) after --warmup N (default 2)\n"
+      "  --spec S       compressor spec; repeat for several (default: none, fp16, qsgd:bits=4, topk:ratio=0.01,\n"
+      "                 dgc:ratio=0.001)\n"
+      "  --no-check     skip the bit comparison with the host path\n"
+      "  -h, --help     this text\n"
+      "Columns: device, comm, spec, numel, tensors, s/step, GB/s (gradient bytes per second), staged bytes/step,\n"
+      "buffers/step, #wrong (elements whose bits differ from the host runtime's on the same input).");
+}
+
+// Deterministic values in [-1, 1).
+void fill(std::vector<float>& values, std::size_t seed) {
+  std::uint32_t state = static_cast<std::uint32_t>(seed * 2654435761u + 1);
+  for (float& v : values) {
+    state = state * 1664525u + 1013904223u;
+    v = static_cast<float>(static_cast<std::int32_t>(state >> 8) - (1 << 23)) / static_cast<float>(1 << 23);
+  }
+}
+
+// One runtime run of `steps` steps over `tensors` (views); returns the seconds per step of the last `timed` steps.
+double run_steps(Runtime& rt, const std::vector<TensorView>& views, const std::string& spec, int warmup, int timed) {
+  double seconds = 0;
+  for (int step = 0; step < warmup + timed; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    for (std::size_t t = 0; t < views.size(); ++t) rt.allreduce_async(fmt::format("g{}", t), views[t], spec);
+    rt.synchronize();
+    if (step >= warmup) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  return seconds / timed;
+}
+
+int run(const Config& config) {
+  auto comms = make_local_communicators(1);
+  Communicator& world = *comms[0];
+  std::unique_ptr<Communicator> device_comm;
+  std::string comm_name = "local";
+  const bool cuda = config.device == "cuda";
+#if GRADCOMP_WITH_CUDA && GRADCOMP_WITH_NCCL
+  if (cuda) {
+    device_comm = make_nccl_communicator(world, 0);
+    comm_name = "nccl";
+  }
+#endif
+  if (cuda && !device_comm) {
+    device_comm = comm::stage_device_memory(world);
+    comm_name = "local+staging";
+  }
+  GRADCOMP_CHECK(!cuda || GRADCOMP_WITH_CUDA, "device_path_bench: --device cuda needs a CUDA build");
+  const std::size_t per = (config.numel + config.tensors - 1) / config.tensors;
+  std::vector<std::vector<float>> inputs(config.tensors);
+  for (std::size_t t = 0; t < config.tensors; ++t) {
+    inputs[t].resize(std::min(per, config.numel - std::min(config.numel, t * per)));
+    fill(inputs[t], t);
+  }
+  std::printf("%-8s %-14s %-18s %10s %7s %9s %8s %12s %8s %7s\n", "device", "comm", "spec", "numel", "tensors",
+              "s/step", "GB/s", "staged/step", "buffers", "#wrong");
+  int wrong_total = 0;
+  for (const std::string& spec : config.specs) {
+    RuntimeOptions options;
+    options.timeline_path = "";
+    options.device_comm = device_comm.get();
+    options.fusion_tensor_limit_bytes = 0;
+    std::vector<std::vector<float>> host = inputs;
+    std::vector<TensorView> views;
+    std::vector<void*> device_memory;
+    for (auto& values : host) {
+      if (!cuda) {
+        views.push_back(TensorView::of(std::span<float>(values)));
+        continue;
+      }
+#if GRADCOMP_WITH_CUDA
+      void* data = nullptr;
+      if (cudaMalloc(&data, values.size() * sizeof(float)) != cudaSuccess) throw CudaError("cudaMalloc failed");
+      cudaMemcpy(data, values.data(), values.size() * sizeof(float), cudaMemcpyHostToDevice);
+      device_memory.push_back(data);
+      views.emplace_back(data, values.size(), DType::kF32, Device::cuda(0));
+#endif
+    }
+    double seconds = 0;
+    RuntimeStats stats;
+    {
+      Runtime rt(world, options);  // shut down before the reference runtime uses the communicator
+      seconds = run_steps(rt, views, spec, config.warmup, config.steps);
+      stats = rt.stats();
+    }
+    const int steps = config.warmup + config.steps;
+    long long wrong = -1;
+    if (config.check) {
+      // The same number of steps on host copies of the inputs through a host runtime: every bit must agree.
+      wrong = 0;
+      std::vector<std::vector<float>> reference = inputs;
+      std::vector<TensorView> reference_views;
+      for (auto& values : reference) reference_views.push_back(TensorView::of(std::span<float>(values)));
+      RuntimeOptions host_options = options;
+      host_options.device_comm = nullptr;
+      Runtime reference_rt(world, host_options);
+      run_steps(reference_rt, reference_views, spec, config.warmup, config.steps);
+      for (std::size_t t = 0; t < views.size(); ++t) {
+        std::vector<float> got(host[t].size());
+#if GRADCOMP_WITH_CUDA
+        if (cuda) cudaMemcpy(got.data(), device_memory[t], got.size() * sizeof(float), cudaMemcpyDeviceToHost);
+#endif
+        if (!cuda) got = host[t];
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          wrong += std::memcmp(&got[i], &reference[t][i], sizeof(float)) != 0;
+        }
+      }
+      wrong_total += wrong > 0;
+    }
+#if GRADCOMP_WITH_CUDA
+    for (void* data : device_memory) cudaFree(data);
+#endif
+    std::printf("%-8s %-14s %-18s %10zu %7zu %9.4f %8.2f %12zu %8.1f %7lld\n", config.device.c_str(),
+                cuda ? comm_name.c_str() : "local", spec.c_str(), config.numel, config.tensors, seconds,
+                static_cast<double>(config.numel * sizeof(float)) / seconds / 1e9, stats.staged_bytes / steps,
+                static_cast<double>(stats.messages) / steps, wrong);
+  }
+  return wrong_total > 0 ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace gradcomp
+
+int main(int argc, char** argv) {
+  gradcomp::Config config;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      auto next = [&]() -> std::string {
+        GRADCOMP_CHECK(i + 1 < argc, "device_path_bench: {} needs a value (see --help)", arg);
+        return argv[++i];
+      };
+      if (arg == "-h" || arg == "--help") {
+        gradcomp::usage();
+        return 0;
+      } else if (arg == "--device") {
+        config.device = next();
+        GRADCOMP_CHECK(config.device == "cuda" || config.device == "cpu", "--device must be cuda or cpu");
+      } else if (arg == "--numel") {
+        config.numel = static_cast<std::size_t>(std::stod(next()));
+      } else if (arg == "--tensors") {
+        config.tensors = std::stoul(next());
+      } else if (arg == "--steps") {
+        config.steps = std::stoi(next());
+      } else if (arg == "--warmup") {
+        config.warmup = std::stoi(next());
+      } else if (arg == "--spec") {
+        static bool first = true;
+        if (first) config.specs.clear();
+        first = false;
+        config.specs.push_back(next());
+      } else if (arg == "--no-check") {
+        config.check = false;
+      } else {
+        throw gradcomp::InvalidArgument(fmt::format("device_path_bench: unknown option '{}' (see --help)", arg));
+      }
+    }
+    GRADCOMP_CHECK(config.tensors > 0 && config.steps > 0 && config.numel >= config.tensors,
+                   "device_path_bench: need numel >= tensors > 0 and steps > 0");
+    return gradcomp::run(config);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "%s\n", error.what());
+    return 2;
+  }
+}
