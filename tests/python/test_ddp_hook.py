@@ -3,7 +3,6 @@ gradient equals what gradcomp's C++ compressed_allreduce gives for the same buck
 communicators (an independent transport), with the algorithm the codec's traits call for (dense, sparse with the
 dense switch, scatter-reduce-allgather); Python codecs follow Horovod's semantics. The model trains and the ranks stay
 identical."""
-import os
 
 import pytest
 import torch
