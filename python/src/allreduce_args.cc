@@ -48,6 +48,7 @@ void fill_stats(nb::dict out, const AllreduceStats& stats) {
   out["switched_to_dense"] = stats.switched_to_dense;
   out["union_nnz"] = stats.union_nnz;
   out["hierarchical"] = stats.hierarchical;
+  out["staged_bytes"] = stats.staged_bytes;
   out["compress_s"] = stats.compress_s;
   out["communicate_s"] = stats.communicate_s;
   out["decompress_s"] = stats.decompress_s;

@@ -62,6 +62,7 @@ def _worker(rank, world, port, specs, bucket_cap_mb, switched=None, hierarchical
                     stats = state.last_stats[name]
                     assert stats["algorithm"] == _expected_algorithm(state.compressor), f"{spec} {name}: {stats}"
                     assert stats["hierarchical"] == hierarchical, f"{spec} {name}: {stats}"
+                    assert stats["staged_bytes"] == 0, f"{spec} {name}: CPU buckets are never staged: {stats}"
                     if switched is not None and spec in switched:
                         assert stats["switched_to_dense"] == switched[spec], f"{spec} {name}: {stats}"
             helpers.assert_grads_match(model, expected, spec, rank, step)
