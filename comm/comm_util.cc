@@ -1,11 +1,11 @@
 #include "comm/comm_util.h"
 
 #include <cstdint>
-#include <cstdlib>
 #include <string>
 
 #include "gradcomp/error.h"
 #include "kernels/half_ops.cuh"
+#include "src/core/env.h"
 
 namespace gradcomp {
 
@@ -20,13 +20,8 @@ std::string_view reduce_op_name(ReduceOp op) {
 }
 
 std::chrono::milliseconds default_comm_timeout() {
-  const char* text = std::getenv("GRADCOMP_TIMEOUT_S");
-  if (text == nullptr || *text == '\0') return std::chrono::milliseconds(60000);
-  char* end = nullptr;
-  const double seconds = std::strtod(text, &end);
-  GRADCOMP_CHECK(end != text && *end == '\0' && seconds > 0 && seconds < 1e7,
-                 "GRADCOMP_TIMEOUT_S must be a positive number of seconds, got '{}'", text);
-  return std::chrono::milliseconds(static_cast<long long>(seconds * 1000.0 + 0.5));
+  const auto seconds = env::number("GRADCOMP_TIMEOUT_S", 1e-3, 1e7, "seconds");
+  return std::chrono::milliseconds(seconds ? static_cast<long long>(*seconds * 1000.0 + 0.5) : 60000);
 }
 
 int Communicator::node_color() {
@@ -107,13 +102,29 @@ void divide_by(void* data, std::size_t n, DType dtype, int divisor) {
 }
 
 std::optional<int> local_size_from_env() {
-  const char* text = std::getenv("GRADCOMP_LOCAL_SIZE");
-  if (text == nullptr || *text == '\0') return std::nullopt;
-  char* end = nullptr;
-  const long value = std::strtol(text, &end, 10);
-  GRADCOMP_CHECK(end != text && *end == '\0' && value > 0 && value < (1 << 20),
-                 "GRADCOMP_LOCAL_SIZE must be a positive integer (ranks per emulated node), got '{}'", text);
-  return static_cast<int>(value);
+  const auto ranks = env::integer("GRADCOMP_LOCAL_SIZE", 1, (1 << 20) - 1, "ranks per emulated node");
+  if (!ranks) return std::nullopt;
+  return static_cast<int>(*ranks);
+}
+
+std::vector<std::vector<std::byte>> allgather_blobs(Communicator& comm, std::span<const std::byte> mine) {
+  const std::uint64_t my_size = mine.size();
+  std::vector<std::uint64_t> sizes(static_cast<std::size_t>(comm.size()));
+  comm.allgather(std::as_bytes(std::span<const std::uint64_t>(&my_size, 1)),
+                 std::as_writable_bytes(std::span<std::uint64_t>(sizes)));
+  const std::vector<std::size_t> counts(sizes.begin(), sizes.end());
+  std::size_t total = 0;
+  for (const std::size_t count : counts) total += count;
+  std::vector<std::byte> all(total);
+  comm.allgatherv(mine, counts, all);
+  std::vector<std::vector<std::byte>> blobs;
+  std::size_t offset = 0;
+  for (const std::size_t count : counts) {
+    blobs.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(offset),
+                       all.begin() + static_cast<std::ptrdiff_t>(offset + count));
+    offset += count;
+  }
+  return blobs;
 }
 
 long long ms_since(std::chrono::steady_clock::time_point start) {

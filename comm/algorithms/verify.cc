@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "comm/algorithms/algorithms.h"
+#include "comm/comm_util.h"
 #include "gradcomp/error.h"
 #include "kernels/philox_ops.cuh"
 
@@ -46,16 +47,9 @@ void verify_agreement(Communicator& comm, const Compressor& compressor, const Te
   if (first_bad < 0) return;
 
   // Every rank saw the same fingerprints, so every rank takes this path: exchange the descriptions.
-  const auto lengths = allgather_u64(comm, description.size());
-  std::vector<std::size_t> counts(lengths.begin(), lengths.end());
-  std::string text(std::accumulate(counts.begin(), counts.end(), std::size_t{0}), '\0');
-  comm.allgatherv(std::as_bytes(std::span(description)), counts,
-                  std::as_writable_bytes(std::span(text.data(), text.size())));
   std::vector<std::string> descriptions;
-  std::size_t offset = 0;
-  for (int r = 0; r < n; ++r) {
-    descriptions.push_back(text.substr(offset, counts[r]));
-    offset += counts[r];
+  for (const auto& blob : comm::allgather_blobs(comm, std::as_bytes(std::span(description)))) {
+    descriptions.emplace_back(reinterpret_cast<const char*>(blob.data()), blob.size());
   }
   throw InvalidArgument(fmt::format(
       "compressed_allreduce: ranks disagree on the collective (seen on rank {} of {}): rank 0 has {}, but rank {} "

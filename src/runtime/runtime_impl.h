@@ -1,0 +1,112 @@
+// Runtime::Impl, the fusion runtime's engine, shared by its parts: runtime.cc (the caller-facing calls: enqueue, wait,
+// synchronize, shutdown, stats), cycle.cc (the background thread: negotiation cycles and executing fusion groups)
+// and checkpoint.cc (save_state / load_state). Private to src/runtime.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "gradcomp/runtime.h"
+#include "src/runtime/executor.h"
+#include "src/runtime/negotiator.h"
+#include "src/runtime/timeline.h"
+
+namespace gradcomp {
+
+class Runtime::Impl {
+ public:
+  // Validates the options and the policy's specs, opens the timeline and starts the background thread.
+  Impl(Communicator& comm, RuntimeOptions options);
+  ~Impl() { shutdown(); }
+
+  struct Request {
+    std::uint64_t id = 0;
+    std::string name;
+    TensorView tensor;
+    runtime::Signature signature;
+    CompletionCallback callback;
+    runtime::Clock::time_point enqueued;
+  };
+
+  // The calls behind Runtime's public methods (see gradcomp/runtime.h).
+  std::uint64_t enqueue(std::string_view name, const TensorView& tensor, std::string_view spec,
+                        CompletionCallback callback);
+  void wait(Handle handle);
+  bool poll(Handle handle) const;
+  void synchronize();
+  void shutdown();
+  RuntimeStats stats(bool reset);
+  std::vector<float> residual(std::string_view name) const { return executor_.residual(std::string(name)); }
+  std::vector<std::byte> save_state() const;
+  void load_state(std::span<const std::byte> state);
+  void set_fusion_threshold(std::size_t bytes) { fusion_threshold_.store(bytes); }
+  std::size_t fusion_threshold() const { return fusion_threshold_.load(); }
+
+  Communicator& comm_;
+  RuntimeOptions options_;
+
+ private:
+  struct HandleState {
+    bool done = false;
+    Status status;
+  };
+
+  // Holding mutex_ keeps new work from starting (enqueue and the cycle's queue swap both take it); with nothing in
+  // flight the background thread cannot be inside the executor, so its state may be read or replaced then.
+  void require_idle(const char* what) const;
+  runtime::Timeline* open_timeline(Communicator& comm);
+  runtime::Clock::duration wait_budget() const { return 3 * timeout_ + std::chrono::seconds(5); }
+  // Canonical form of a spec, cached.
+  std::string canonical(const std::string& spec);
+  // Completes one request: its handle or callback, then the in-flight count.
+  void complete(Request& request, const Status& status);
+  template <typename E>
+  Status error_status(const std::string& message) {
+    return Status{std::make_exception_ptr(E(fmt::format("{} (rank {})", message, comm_.rank())))};
+  }
+
+  void fail_pending(const Status& status);
+  // The background thread: one negotiation cycle after another until shutdown (cycle.cc).
+  void loop();
+  // Runs the fusion groups of the tensors every rank has ready (cycle.cc).
+  void execute(const std::vector<runtime::ReadyTensor>& ready, runtime::Clock::time_point cycle_start,
+               std::uint64_t threshold);
+
+  std::chrono::milliseconds timeout_;
+  std::atomic<std::size_t> fusion_threshold_;
+  runtime::Timeline timeline_;
+  runtime::Negotiator negotiator_;
+  runtime::Executor executor_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_cv_, done_cv_;
+  bool backing_off_ = false;  // (mutex_) the loop waits longer than a cycle: enqueue() must wake it
+  std::deque<Request> queue_;
+  std::set<std::string> active_names_;
+  std::map<std::uint64_t, HandleState> handles_;
+  std::uint64_t next_id_ = 0;
+  std::uint64_t in_flight_ = 0;
+  bool shutdown_requested_ = false;
+  std::map<std::string, runtime::Executor::ResidualShape> loaded_;  // loaded residuals not yet submitted
+  std::exception_ptr fatal_;
+
+  std::mutex spec_mutex_;
+  std::map<std::string, std::string> canonical_;
+  std::mutex stats_mutex_;
+  RuntimeStats stats_;
+  std::mutex join_mutex_;
+  std::thread thread_;
+
+  std::map<std::string, Request> pending_;  // background thread only
+};
+
+}  // namespace gradcomp
