@@ -1,0 +1,119 @@
+#include "comm/mpi/mpi_support.h"
+
+#if defined(__F16C__) && defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+#include <atomic>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "gradcomp/error.h"
+#include "kernels/half_ops.cuh"
+
+namespace gradcomp::mpi {
+namespace {
+
+std::atomic<bool> g_failed{false};
+std::once_flag g_init_once;
+int g_provided = -1;
+
+void finalize_at_exit() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && !g_failed.load()) MPI_Finalize();
+}
+
+template <typename ToFloat, typename FromFloat>
+void half_sum(void* in, void* inout, int* len, ToFloat to_float, FromFloat from_float) {
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = from_float(to_float(a[i]) + to_float(b[i]));
+}
+
+void f16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  int i = 0;
+#if defined(__F16C__) && defined(__AVX__)
+  // Hardware conversions (IEEE round to nearest even, like kernels/half_ops.cuh) 8 values at a time.
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (; i + 8 <= *len; i += 8) {
+    const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)));
+    const __m256 y = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b + i)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(b + i),
+                     _mm256_cvtps_ph(_mm256_add_ps(x, y), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+#endif
+  int rest = *len - i;
+  half_sum(static_cast<std::uint16_t*>(in) + i, static_cast<std::uint16_t*>(inout) + i, &rest,
+           kernels::half_bits_to_float, kernels::float_to_half_bits);
+}
+
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  half_sum(in, inout, len, kernels::bf16_bits_to_float, kernels::float_to_bf16_bits);
+}
+
+}  // namespace
+
+void ensure_initialized() {
+  std::call_once(g_init_once, [] {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+      const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &g_provided);
+      if (rc != MPI_SUCCESS) throw CommError(fmt::format("MPI_Init_thread failed: {}", error_string(rc)));
+      std::atexit(finalize_at_exit);
+    } else {
+      MPI_Query_thread(&g_provided);
+    }
+  });
+}
+
+int provided_thread_level() { return g_provided; }
+
+void note_failure() { g_failed = true; }
+
+std::string error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return fmt::format("MPI error {}", code);
+  return std::string(text, static_cast<std::size_t>(length));
+}
+
+MPI_Datatype datatype(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kI32: return MPI_INT32_T;
+    case DType::kU8: return MPI_UINT8_T;
+    case DType::kF16:
+    case DType::kBF16: return MPI_UINT16_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op half_sum_op(DType dtype) {
+  static MPI_Op f16 = MPI_OP_NULL, bf16 = MPI_OP_NULL;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    MPI_Op_create(&f16_sum, 1, &f16);
+    MPI_Op_create(&bf16_sum, 1, &bf16);
+  });
+  return dtype == DType::kF16 ? f16 : bf16;
+}
+
+int to_int(std::size_t value, std::string_view what, int rank) {
+  GRADCOMP_CHECK(value <= static_cast<std::size_t>(INT_MAX),
+                 "mpi communicator (rank {}): {} of {} exceeds MPI's int count limit", rank, what, value);
+  return static_cast<int>(value);
+}
+
+void* nonnull(void* data) {
+  static std::byte dummy[16];
+  return data != nullptr ? data : dummy;
+}
+
+}  // namespace gradcomp::mpi

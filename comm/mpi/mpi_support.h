@@ -1,0 +1,43 @@
+// comm/mpi: the MPI plumbing the communicator is built on — initialization and the exit handler, error strings,
+// dtype and f16/bf16 reduction ops, int count checks. Private to comm/mpi.
+#pragma once
+
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "gradcomp/tensor.h"
+
+namespace gradcomp::mpi {
+
+// Initializes MPI (MPI_THREAD_MULTIPLE requested) unless somebody already did; then MPI_Finalize runs at exit,
+// unless note_failure() was called. Throws CommError when MPI_Init_thread fails.
+void ensure_initialized();
+
+// The thread level MPI provided, or -1 before ensure_initialized().
+int provided_thread_level();
+
+// Records that an MPI operation failed or was abandoned: the exit handler then skips MPI_Finalize, which could wait
+// forever on a lost peer or an abandoned collective.
+void note_failure();
+
+// MPI's text for an error code.
+std::string error_string(int code);
+
+// The MPI datatype of one element of `dtype` (f16/bf16 as MPI_UINT16_T).
+MPI_Datatype datatype(DType dtype);
+
+// The user-defined commutative sum of f16 or bf16 values (added in f32, rounded to nearest even).
+MPI_Op half_sum_op(DType dtype);
+
+// `value` as an MPI count; throws InvalidArgument naming `what` and `rank` past INT_MAX.
+int to_int(std::size_t value, std::string_view what, int rank);
+
+// A non-null address for zero-length buffers (MPI implementations may reject null with a non-zero type size).
+void* nonnull(void* data);
+
+}  // namespace gradcomp::mpi
