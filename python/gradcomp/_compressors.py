@@ -169,6 +169,21 @@ class PythonCompressor:
     def decompress(self, payload, ctx):
         return self._impl.decompress(payload, ctx)
 
+    def allreduce(self, tensor, parts, op, world, allreduce_sum):
+        """Horovod's combination, the one path for Python codecs on every backend (they cannot run inside the C++
+        algorithms): each part (name, offset, numel) of the flat `tensor` is compressed, its payload divided by
+        `world` for op="average" (before the sum, so a float16 payload cannot overflow where the average would not),
+        summed in place by `allreduce_sum(payload)` (the backend's communicator) and decoded into the part with the
+        local ctx."""
+        for name, offset, numel in parts:
+            part = tensor[offset:offset + numel]
+            payload, ctx = self.compress(part, name=name)
+            payload = payload.contiguous()
+            if op == "average" and world > 1 and payload.is_floating_point():
+                payload = payload / world
+            allreduce_sum(payload.view(-1))
+            part.copy_(self.decompress(payload, ctx).reshape(part.shape))
+
     def state_dict(self):
         sd = getattr(self._impl, "state_dict", None)
         return {"spec": self._name, "state": sd() if callable(sd) else None}

@@ -259,16 +259,8 @@ def allreduce_async(compressor, tensor, name, step, op="average", segments=None,
 
 
 def _python_codec_allreduce(comm, codec, tensor, parts, op, result):
-    """Python (Horovod-shaped) codecs cannot run inside the C++ algorithms: each part's payload is averaged with the
-    communicator's allreduce (half precision summed in float32 on gloo) and decoded with the local ctx, in the worker
-    thread, in order with the other jobs."""
-    adapter, world = comm.adapter, comm.size
-    for name, offset, numel in parts:
-        part = tensor[offset:offset + numel]
-        payload, ctx = codec.compress(part, name=name)
-        payload = payload.contiguous()
-        if op == "average" and world > 1 and payload.is_floating_point():
-            payload = payload / world  # before the sum, as Horovod does: no half-precision overflow
-        adapter.allreduce(payload.view(-1), "sum", comm.timeout_s)
-        part.copy_(codec.decompress(payload, ctx).reshape(part.shape))
+    """Python codecs in the worker thread, in order with the other jobs: Horovod's combination
+    (PythonCompressor.allreduce) over the adapter's allreduce (float16 payloads get the float32 sum on gloo)."""
+    adapter = comm.adapter
+    codec.allreduce(tensor, parts, op, comm.size, lambda payload: adapter.allreduce(payload, "sum", comm.timeout_s))
     return result

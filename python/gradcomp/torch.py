@@ -348,19 +348,13 @@ class _MpiBackend(_Backend):
 
     @staticmethod
     def python_allreduce(comp, name, flat, op):
-        payload, ctx = comp.compress(flat, name=name)
-        payload = payload.contiguous()
-        _ctx.comm.allreduce(payload.view(-1), op)
-        flat.copy_(comp.decompress(payload, ctx).reshape(flat.shape))
+        comp.allreduce(flat, [(name, 0, flat.numel())], op, _ctx.size,
+                       lambda payload: _ctx.comm.allreduce(payload, "sum"))
         return _Handle()
 
     def allreduce(self, comp, name, flat, step, op):
         if comp.is_python:
-            payload, ctx = comp.compress(flat, name=name)
-            payload = payload.contiguous()
-            _ctx.comm.allreduce(payload.view(-1), op)
-            flat.copy_(comp.decompress(payload, ctx).reshape(flat.shape))
-            return _Handle()
+            return _MpiBackend.python_allreduce(comp, name, flat, op)
         _C.compressed_allreduce(_ctx.comm, comp._impl, flat, name, op, step)
         return _Handle()
 

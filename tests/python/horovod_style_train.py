@@ -44,7 +44,10 @@ model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(), torch.nn.L
 # Horovod: scale learning rate by the number of GPUs.
 optimizer = optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9)
 
-# Horovod: (optional) compression algorithm.
+# Horovod: (optional) compression algorithm. ("pyhalf": the tests' Python-registered float16 codec.)
+if args.compression == "pyhalf":
+    import helpers
+    helpers.register_python_codec()
 compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16, "topk": hvd.Compression.topk(0.1),
                "dgc": hvd.Compression.dgc, "qsgd": hvd.Compression.qsgd}.get(args.compression, args.compression)
 
@@ -90,5 +93,8 @@ if not losses[-1] < 0.7 * losses[0]:
     print(f"rank {hvd.rank()}: loss did not decrease enough: {losses}", flush=True)
     ok = False
 if hvd.size() > 1 and len(set(hvd.broadcast_object(losses[-1], 0) for _ in range(1))) != 1:
+    ok = False
+if args.compression == "pyhalf" and helpers.HalfPrecision.calls == 0:
+    print(f"rank {hvd.rank()}: the Python codec was never called", flush=True)
     ok = False
 sys.exit(0 if ok else 1)
