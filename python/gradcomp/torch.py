@@ -44,6 +44,7 @@ class _Context:
         self.comm = None          # C++ communicator for the "mpi" and "runtime" backends
         self.runtime_comm = None  # the runtime's own communicator (a split of comm)
         self.runtime = None       # C++ fusion Runtime for the "runtime" backend
+        self.device_comm = None   # the runtime's NCCL communicator for CUDA tensors (None: CUDA tensors use MPI)
         self.rank = 0
         self.size = 1
         self.local_rank = 0
@@ -102,7 +103,9 @@ def init(backend=None, timeout_s=60.0):
         if backend == "runtime":
             # The runtime owns its communicator; broadcasts and metric allreduces use the world one.
             _ctx.runtime_comm = _ctx.comm.split(0, _ctx.rank)
-            _ctx.runtime = _C.Runtime(_ctx.runtime_comm, default_spec="none", op="average", timeout_s=timeout_s)
+            _ctx.device_comm = _make_device_comm(_ctx.comm)
+            _ctx.runtime = _C.Runtime(_ctx.runtime_comm, default_spec="none", op="average", timeout_s=timeout_s,
+                                      device_comm=_ctx.device_comm)
     elif backend == "torch":
         if dist.is_initialized():
             _ctx.rank, _ctx.size = dist.get_rank(), dist.get_world_size()
@@ -136,6 +139,22 @@ def init(backend=None, timeout_s=60.0):
                                default=_ctx.size)
 
 
+def _make_device_comm(world):
+    """The runtime's communicator for CUDA tensors: NCCL on this rank's GPU (local rank modulo the GPUs visible), so
+    CUDA gradients stay on the device (CUDA codec, NCCL, CUDA decode). None when this process sees no GPU, the build
+    has no NCCL, or GRADCOMP_DEVICE_COMM=none; CUDA tensors then go through the MPI communicator, staged through host
+    memory once per fused buffer (runtime.stats()["staged_bytes"]). Collective over `world`."""
+    if os.environ.get("GRADCOMP_DEVICE_COMM", "nccl") == "none" or not _C.has_nccl:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    local_rank = _env_int("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK",
+                          default=world.rank)
+    device = local_rank % torch.cuda.device_count()
+    torch.cuda.set_device(device)
+    return _C.make_nccl_communicator(world, device)
+
+
 def _shutdown_at_exit():
     """Orderly teardown at interpreter exit: without it gloo may abort when a peer closes its sockets first."""
     try:
@@ -158,6 +177,8 @@ def shutdown():
         dist.destroy_process_group()
     if _ctx.runtime is not None:
         _ctx.runtime.shutdown()
+    _ctx.runtime = None
+    _ctx.device_comm = None  # after the runtime that uses it
     _ctx.__init__()
 
 
@@ -339,7 +360,8 @@ class _RuntimeBackend(_Backend):
     def allreduce(self, comp, name, flat, step, op):
         if comp.is_python:
             return _MpiBackend.python_allreduce(comp, name, flat, op)
-        handle = _ctx.runtime.allreduce_async(name, flat, comp.spec)
+        stream = torch.cuda.current_stream(flat.device).cuda_stream if flat.is_cuda else 0
+        handle = _ctx.runtime.allreduce_async(name, flat, comp.spec, stream)
         return _RuntimeHandle(handle, flat, _ctx.size if op == Sum else 1)
 
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "bindings.h"
+#include "gradcomp/config.h"
 #include "gradcomp/error.h"
 #include "tensor_cast.h"
 
@@ -117,6 +118,16 @@ void init_comm(nb::module_& m) {
         return make_mpi_world_communicator(options);
       },
       "timeout_s"_a = 60.0);
+  m.attr("has_nccl") = static_cast<bool>(GRADCOMP_WITH_NCCL);
+  m.def(
+      "make_nccl_communicator",
+      [](Communicator& bootstrap, int device) {
+        nb::gil_scoped_release release;
+        return make_nccl_communicator(bootstrap, device);
+      },
+      "bootstrap"_a, "device"_a,
+      "NCCL communicator over the ranks of `bootstrap` (collective: the unique id travels through it) on CUDA\n"
+      "device `device`. Raises CommError in builds without NCCL (see has_nccl).");
   m.def(
       "compressed_allreduce",
       [](Communicator& comm, Compressor& compressor, const OutArray& tensor, std::string_view name,
@@ -155,8 +166,10 @@ void init_comm(nb::module_& m) {
       .def(
           "__init__",
           [](Runtime* self, Communicator& comm, std::string_view default_spec, std::string_view op,
-             double cycle_time_ms, long long fusion_threshold_bytes, std::string timeline_path, double timeout_s) {
+             double cycle_time_ms, long long fusion_threshold_bytes, std::string timeline_path, double timeout_s,
+             Communicator* device_comm) {
             RuntimeOptions options;
+            options.device_comm = device_comm;
             options.policy.default_spec = std::string(default_spec);
             options.op = op_of(op);
             if (cycle_time_ms > 0) options.cycle_time_ms = cycle_time_ms;
@@ -166,16 +179,20 @@ void init_comm(nb::module_& m) {
             new (self) Runtime(comm, options);
           },
           "comm"_a, "default_spec"_a = "none", "op"_a = "average", "cycle_time_ms"_a = 0.0,
-          "fusion_threshold_bytes"_a = -1, "timeline_path"_a = "", "timeout_s"_a = 0.0, nb::keep_alive<1, 2>())
+          "fusion_threshold_bytes"_a = -1, "timeline_path"_a = "", "timeout_s"_a = 0.0,
+          "device_comm"_a = nb::none(), nb::keep_alive<1, 2>(), nb::keep_alive<1, 9>(),
+          "device_comm: communicator for the data of CUDA tensors (e.g. make_nccl_communicator(world, local_rank));\n"
+          "None: CUDA tensors use `comm` (staged through host memory once per fused buffer).")
       .def(
           "allreduce_async",
-          [](Runtime& r, std::string_view name, const OutArray& tensor, std::string_view spec) {
-            const TensorView view = to_view(tensor, fmt::format("allreduce_async('{}')", name), 0);
+          [](Runtime& r, std::string_view name, const OutArray& tensor, std::string_view spec, std::uintptr_t stream) {
+            const TensorView view = to_view(tensor, fmt::format("allreduce_async('{}')", name), stream);
             nb::gil_scoped_release release;
             return r.allreduce_async(name, view, spec).id;
           },
-          "name"_a, "tensor"_a, "spec"_a = "",
-          "Enqueues an in-place allreduce; returns a handle id for wait(). Keep the tensor alive until then.")
+          "name"_a, "tensor"_a, "spec"_a = "", "stream"_a = 0,
+          "Enqueues an in-place allreduce; returns a handle id for wait(). Keep the tensor alive until then. For a CUDA\n"
+          "tensor, `stream` is the cudaStream_t that produced it (torch.cuda.current_stream().cuda_stream).")
       .def(
           "wait",
           [](Runtime& r, std::uint64_t id) {
@@ -224,6 +241,7 @@ void init_comm(nb::module_& m) {
              d["messages"] = s.messages;
              d["input_bytes"] = s.input_bytes;
              d["wire_bytes"] = s.wire_bytes;
+             d["staged_bytes"] = s.staged_bytes;
              d["compression_ratio"] = s.compression_ratio();
              d["compress_s"] = s.compress_s;
              d["communicate_s"] = s.communicate_s;
