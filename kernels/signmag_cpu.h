@@ -67,7 +67,7 @@ inline void quantize_tile(const float* g, const float* r, float* r_out, std::siz
   const __m256 to_unit = _mm256_set1_ps(1.0f / 65536.0f);
   const int b = static_cast<int>(bits);
   const __m256i shifts = _mm256_setr_epi32(0, b, 2 * b, 3 * b, 0, b, 2 * b, 3 * b);
-  for (; i + 8 <= n; i += 8) {
+  for (; inverse >= 0.0f && i + 8 <= n; i += 8) {  // a tiny scale's negated inverse: the scalar loop
     __m256 v = _mm256_loadu_ps(g + i);
     if (r) v = _mm256_add_ps(v, _mm256_loadu_ps(r + i));
     const __m256 x = _mm256_min_ps(_mm256_mul_ps(_mm256_and_ps(v, abs_mask), v_inverse), v_levels_f);
@@ -112,7 +112,7 @@ inline void dequantize_tile(const std::uint8_t* packed_tile, std::size_t n, floa
   const __m256i mask = _mm256_set1_epi32((1 << b) - 1);
   const __m256i level_mask = _mm256_set1_epi32((1 << (b - 1)) - 1);
   const __m256 v_unit = _mm256_set1_ps(unit);
-  for (; i + 8 <= n; i += 8) {
+  for (; unit >= 0.0f && i + 8 <= n; i += 8) {  // a tiny scale's negated unit: the scalar loop
     std::uint64_t word;
     std::memcpy(&word, packed_tile + i / 8 * bits, sizeof(word));
     const __m256i code = unpack8_avx2(word, shifts, mask, bits);
@@ -323,7 +323,7 @@ class SignMagQuantizer {
     const float inverse = signmag_inverse_unit(scale, levels);
     std::size_t i = begin;
 #if defined(__AVX2__)
-    if ((bits_ == 2 || bits_ == 4) && end - begin >= 64) {
+    if ((bits_ == 2 || bits_ == 4) && end - begin >= 64 && inverse >= 0.0f) {
       const StoreKind kind = r ? store_kind(r_out + begin, stream_out) : StoreKind::kPlain;
       i = detail::with_store_kind(kind, [&](auto k) {
         constexpr StoreKind kKind = decltype(k)::value;
