@@ -42,6 +42,12 @@ class BlockTopKCompressor final : public ErrorFeedbackCompressor {
         block_(static_cast<std::size_t>(params.get_int("block"))) {}
 
   std::size_t max_payload_bytes(std::size_t numel) const override {
+    // Checked here, before anything is allocated: compress() asks for this bound before it creates any state (a
+    // 2^31-element tensor with ef=on used to allocate its residual first), and callers size buffers with it.
+    GRADCOMP_CHECK(numel <= kMaxIndexable,
+                   "compressor 'blocktopk': {} elements exceed its int32 index limit of {} (split the tensor or use a "
+                   "dense codec)",
+                   numel, kMaxIndexable);
     const std::size_t kb = kernels::k_of_ratio(ratio_, block_count(numel, block_));
     return payload::kHeaderBytes + payload::align_up(kb * sizeof(std::int32_t)) +
            std::min(kb * block_, numel) * sizeof(float);

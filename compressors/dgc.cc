@@ -93,6 +93,12 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
   }
 
   std::size_t max_payload_bytes(std::size_t numel) const override {
+    // Checked here, before anything is allocated: compress() asks for this bound before it creates any state (a
+    // 2^31-element tensor with ef=on used to allocate its residual first), and callers size buffers with it.
+    GRADCOMP_CHECK(numel <= kMaxIndexable,
+                   "compressor 'dgc': {} elements exceed its int32 index limit of {} (split the tensor or use a "
+                   "dense codec)",
+                   numel, kMaxIndexable);
     const double densest = kernels::dgc_density(0, warmup_steps_, ratio_);
     const std::size_t k = kernels::k_of_ratio(densest, numel);
     const std::size_t bound = std::min<std::size_t>(numel, k + static_cast<std::size_t>(kTolerance * k) + 1);

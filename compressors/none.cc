@@ -63,6 +63,8 @@ class NoneCompressor final : public ErrorFeedbackCompressor {
   }
 
   void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) override {
+    // No flags, no parameters, a float original dtype: anything else is corruption (as every other decoder says).
+    quantize::check_header(view, "none", 0, 0, 0, 1);
     GRADCOMP_CHECK_AS(CorruptPayload, view.header.section_count == 1 && view.sections[0].size() == numel * sizeof(float),
                       "corrupt 'none' payload: body has {} bytes for {} elements", view.sections[0].size(), numel);
     const auto* body = reinterpret_cast<const float*>(view.sections[0].data());

@@ -70,6 +70,12 @@ class RandomKCompressor final : public ErrorFeedbackCompressor {
         seed_(static_cast<std::uint64_t>(params.get_int("seed"))) {}
 
   std::size_t max_payload_bytes(std::size_t numel) const override {
+    // Checked here, before anything is allocated: compress() asks for this bound before it creates any state (a
+    // 2^31-element tensor with ef=on used to allocate its residual first), and callers size buffers with it.
+    GRADCOMP_CHECK(numel <= kMaxIndexable,
+                   "compressor 'randomk': {} elements exceed its int32 index limit of {} (split the tensor or use a "
+                   "dense codec)",
+                   numel, kMaxIndexable);
     const std::size_t k = kernels::k_of_ratio(ratio_, numel);
     return payload::kHeaderBytes + kStreamSectionBytes + k * sizeof(float);
   }

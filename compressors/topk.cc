@@ -125,6 +125,12 @@ class TopKCompressor final : public ErrorFeedbackCompressor {
   }
 
   std::size_t max_payload_bytes(std::size_t numel) const override {
+    // Checked here, before anything is allocated: compress() asks for this bound before it creates any state (a
+    // 2^31-element tensor with ef=on used to allocate its residual first), and callers size buffers with it.
+    GRADCOMP_CHECK(numel <= kMaxIndexable,
+                   "compressor 'topk': {} elements exceed its int32 index limit of {} (split the tensor or use a "
+                   "dense codec)",
+                   numel, kMaxIndexable);
     return sparse::index_value_bytes(k_for(numel), type_);
   }
 
