@@ -61,6 +61,11 @@ class Params {
   std::vector<std::string> given_;
 };
 
+// Throws InvalidArgument, quoting `name` and the rule, unless `name` matches [a-z0-9_]+ (ASCII only: "ñame", "Top",
+// "a-b" and "" are refused). Every registration path checks names with this: Registry::add, and the Python
+// register_compressor (python/gradcomp/_compressors.py).
+void check_compressor_name(std::string_view name, std::string_view context = "compressor name");
+
 // A registered compressor kind.
 struct CompressorInfo {
   std::string name;
@@ -80,7 +85,7 @@ class Registry {
   // A registry holding every built-in compressor (none, fp16, bf16, qsgd, ...).
   static std::unique_ptr<Registry> with_builtins();
 
-  // Adds a kind. Throws InvalidArgument if the name is taken or not [a-z0-9_]+.
+  // Adds a kind. Throws InvalidArgument if the name is taken or not [a-z0-9_]+ (check_compressor_name).
   void add(CompressorInfo info);
   bool contains(std::string_view name) const;
   // Throws InvalidArgument listing the registered names if unknown.

@@ -32,13 +32,17 @@ std::string describe_params(const CompressorInfo& info) {
 }
 }  // namespace
 
+void check_compressor_name(std::string_view name, std::string_view context) {
+  // Byte by byte: every byte of a UTF-8 multi-byte character (>= 0x80) is outside the ASCII ranges below.
+  const bool valid = !name.empty() && std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+  });
+  GRADCOMP_CHECK(valid, "{} '{}' is not valid: names must match [a-z0-9_]+ (ASCII lower-case letters, digits, '_')",
+                 context, name);
+}
+
 void Registry::add(CompressorInfo info) {
-  GRADCOMP_CHECK(!info.name.empty() && std::all_of(info.name.begin(), info.name.end(),
-                                                   [](char c) {
-                                                     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-                                                            c == '_';
-                                                   }),
-                 "compressor name '{}' must be non-empty lower-case letters, digits or '_'", info.name);
+  check_compressor_name(info.name);
   GRADCOMP_CHECK(static_cast<bool>(info.factory), "compressor '{}' has no factory", info.name);
   std::lock_guard<std::mutex> lock(mutex_);
   for (const auto& existing : infos_) {
