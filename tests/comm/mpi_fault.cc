@@ -86,6 +86,8 @@ struct Verdict {
   void note(const std::string& name, const Outcome& o) {
     facts += " " + name + "=" + o.kind + "/" + std::to_string(o.ms) + "ms";
   }
+  // Quotes the message of `o` (for the record in docs/comm.md).
+  void quote(const std::string& name, const Outcome& o) { facts += " [" + name + ": " + o.message + "]"; }
   [[noreturn]] void finish() {
     std::printf("%s rank %d of %d (%s):%s%s%s\n", failures.empty() ? "PASS" : "FAIL", rank, size, role, facts.c_str(),
                 failures.empty() ? "" : " -- ", failures.c_str());
@@ -119,7 +121,9 @@ void check_refusals(Verdict& v, Communicator& world, Communicator& child, const 
                     bool record = true) {
   std::vector<float> fresh(1 << 16, 2.0f);
   const TensorView view = TensorView::of(std::span(fresh));
-  require_refused(v, when + "allreduce", run([&] { world.allreduce(view, ReduceOp::kSum); }), record);
+  const Outcome refused = run([&] { world.allreduce(view, ReduceOp::kSum); });
+  require_refused(v, when + "allreduce", refused, record);
+  if (record && when.empty()) v.quote("refused", refused);
   std::vector<std::byte> gathered(static_cast<std::size_t>(child.size()) * 8);
   std::byte mine[8] = {};
   require_refused(v, when + "child", run([&] { child.allgather(mine, gathered); }), record);
@@ -143,6 +147,7 @@ void stop_or_kill(Verdict& v, Communicator& world, bool kill_victim) {
   const auto start = Clock::now();
   const Outcome first = allreduce_until_failure(world, 100000);
   v.note("first", first);
+  v.quote("first", first);
   if (victim) {  // only a stopped victim gets here: resumed with its deadline long past, or told by a survivor
     v.require(first.kind == "Timeout" || first.kind == "CommError", "victim's first failure: " + first.kind);
     check_refusals(v, world, *child, "resumed-");
@@ -181,6 +186,7 @@ void split_family(Verdict& v, Communicator& world) {
     v.role = "pair";
     const Outcome first = run([&] { pair->allreduce(TensorView::of(std::span(x)), ReduceOp::kSum); });
     v.note("pair-allreduce", first);
+    v.quote("pair-allreduce", first);
     v.require(first.kind == "Timeout", "pair allreduce gave " + first.kind + ": " + first.message);
     v.require(first.ms <= kTimeout.count() + kSlackMs, "pair allreduce took " + std::to_string(first.ms) + " ms");
     require_refused(v, "world-allreduce", run([&] { world.allreduce(TensorView::of(std::span(x)), ReduceOp::kSum); }));
@@ -190,6 +196,7 @@ void split_family(Verdict& v, Communicator& world) {
   world.set_timeout(std::chrono::milliseconds(4 * kTimeout.count()));
   const Outcome first = run([&] { world.allreduce(TensorView::of(std::span(x)), ReduceOp::kSum); });
   v.note("world-allreduce", first);
+  v.quote("world-allreduce", first);
   v.require(first.kind == "CommError", "world allreduce gave " + first.kind + ": " + first.message);
   v.require(first.ms <= kTimeout.count() + kSlackMs,
             "world allreduce took " + std::to_string(first.ms) + " ms (should end when rank 0 fails, not at 8 s)");
