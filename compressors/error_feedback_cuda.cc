@@ -197,6 +197,7 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
   TensorState& state = in_place ? *hstates[0] : work_;
   auto gather = [&](const std::vector<bool>& zero) {
     work = &cuda_->work[device];
+    work->written.order_before(stream);  // the last call's commit copies may still read it on another stream
     work->device = device;
     work->numel = n;
     work->current.resize(buffer_count);
@@ -330,6 +331,7 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
                                             segments[s].numel * sizeof(float), cudaMemcpyDeviceToDevice, stream));
       }
     }
+    work->written.record(stream);
     if (!stats_.skipped && !carried_whole(segments)) {
       call_scalars_.insert_or_assign(std::string(ctx.name), work_.scalars);
     }
