@@ -7,9 +7,12 @@
 #      and builds the library and the tests first,
 #   4. runs the CUDA tests (CTest label gpu: the codec parity and, with NCCL, the NCCL communicator's one-rank test)
 #      and their CPU halves (codec_parity_reference_test, canonical_nan_test, the cuda_check_test plumbing),
-#   5. only then builds the CUDA benchmark (a failed benchmark build is reported, after the test results) and runs
-#      bench/kernels/compressors_bench_cuda (64M and 256M floats, fraction of a device-to-device copy) and, when a
-#      CUDA PyTorch is importable, torch.topk as the peer of gradcomp's top-k,
+#   5. only then builds the benchmarks (a failed benchmark build is reported, after the test results) and runs
+#      bench/kernels/compressors_bench_cuda (64M and 256M floats, fraction of a device-to-device copy), when a
+#      CUDA PyTorch is importable torch.topk as the peer of gradcomp's top-k, bench/comm/device_path_bench (the
+#      fused Runtime on 25M CUDA floats over NCCL: GB/s of gradient per step for none, fp16, qsgd 4-bit, top-k 1%,
+#      DGC 0.1%, #wrong against the host path) and, with a CUDA PyTorch and nanobind, one DistributedOptimizer step
+#      on CUDA parameters (bench/gpu/optimizer_step.py),
 #   6. prints a short table last.
 # Full logs go to $OUT when set, else ./gpu-results. Designed to finish within 8 minutes on an H200, build included.
 #
@@ -153,17 +156,21 @@ say "tests: ${TEST_SUMMARY:-no summary, see ctest-gpu.log}"
 BENCH_TXT="$RESULTS/bench.txt"
 TORCH_LINE=""
 BENCH_EXE="$BUILD_DIR/bench/kernels/compressors_bench_cuda"
+DEVICE_PATH_EXE="$BUILD_DIR/bench/comm/device_path_bench"
 BENCH_BUILD_RC=0
 if [ $BENCH -eq 1 ]; then
   if [ $BENCH_FLAG = ON ]; then
-    cmake --build "$BUILD_DIR" -j "$JOBS" --target compressors_bench_cuda > "$RESULTS/build-bench.log" 2>&1 || BENCH_BUILD_RC=2
+    cmake --build "$BUILD_DIR" -j "$JOBS" --target compressors_bench_cuda device_path_bench \
+      > "$RESULTS/build-bench.log" 2>&1 || BENCH_BUILD_RC=2
   else
-    # Without Google Benchmark the bench directory is not configured: compile the (plain) CUDA bench by hand.
-    mkdir -p "$BUILD_DIR/bench/kernels"
-    c++ -std=c++20 -O2 -I"$ROOT" -I"$ROOT/include" -I"$BUILD_DIR/generated/include" -I"$CUDA_HOME/include" \
-      "$ROOT/bench/kernels/compressors_bench_cuda.cc" -o "$BENCH_EXE" -L"$BUILD_DIR" -lgradcomp -lfmt \
-      -L"$CUDA_HOME/lib64" -lcudart -Wl,-rpath,"$BUILD_DIR:$CUDA_HOME/lib64" > "$RESULTS/build-bench.log" 2>&1 \
-      || BENCH_BUILD_RC=2
+    # Without Google Benchmark the bench directory is not configured: compile the (plain) benches by hand.
+    mkdir -p "$BUILD_DIR/bench/kernels" "$BUILD_DIR/bench/comm"
+    for pair in "kernels/compressors_bench_cuda:$BENCH_EXE" "comm/device_path_bench:$DEVICE_PATH_EXE"; do
+      c++ -std=c++20 -O2 -I"$ROOT" -I"$ROOT/include" -I"$BUILD_DIR/generated/include" -I"$CUDA_HOME/include" \
+        "$ROOT/bench/${pair%%:*}.cc" -o "${pair#*:}" -L"$BUILD_DIR" -lgradcomp -lfmt \
+        -L"$CUDA_HOME/lib64" -lcudart -Wl,-rpath,"$BUILD_DIR:$CUDA_HOME/lib64" >> "$RESULTS/build-bench.log" 2>&1 \
+        || BENCH_BUILD_RC=2
+    done
   fi
   if [ $BENCH_BUILD_RC -ne 0 ]; then
     say "BENCHMARK BUILD FAILED (the tests above ran): see $RESULTS/build-bench.log (last lines below)"
@@ -182,6 +189,24 @@ if [ $BENCH -eq 1 ]; then
     echo "$TORCH_LINE" >> "$BENCH_TXT"
   else
     TORCH_LINE="torch_topk: no CUDA PyTorch here (peer not measured)"
+  fi
+  # The fused device path: Runtime on CUDA tensors over NCCL (one rank), GB/s of gradient per step, #wrong vs host.
+  DEVICE_PATH_TXT="$RESULTS/device_path.txt"
+  numel=25e6; [ $QUICK -eq 1 ] && numel=5e6
+  timeout 180 "$DEVICE_PATH_EXE" --device cuda --numel "$numel" --tensors 50 --steps 5 > "$DEVICE_PATH_TXT" 2>&1 \
+    || say "device_path_bench exited with $? (see $DEVICE_PATH_TXT)"
+  # A DistributedOptimizer step on CUDA parameters, when this machine has a CUDA PyTorch and nanobind to build the
+  # Python module with (the device machine reaches no package index).
+  OPTIMIZER_LINE="optimizer_step: no CUDA PyTorch with nanobind here (not measured)"
+  if command -v python3 >/dev/null 2>&1 && python3 -c "import torch, nanobind, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
+       >/dev/null 2>&1; then
+    if cmake -S "$ROOT" -B "$BUILD_DIR" -DGRADCOMP_WITH_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)" \
+         >> "$RESULTS/configure.log" 2>&1 && cmake --build "$BUILD_DIR" -j "$JOBS" --target _gradcomp \
+         > "$RESULTS/build-python.log" 2>&1; then
+      OPTIMIZER_LINE=$(PYTHONPATH="$BUILD_DIR/python" timeout 120 python3 "$ROOT/bench/gpu/optimizer_step.py" 2>&1 | tail -1)
+    else
+      OPTIMIZER_LINE="optimizer_step: the Python module did not build (see build-python.log)"
+    fi
   fi
 fi
 
@@ -212,6 +237,11 @@ fi
   else
     if [ $BENCH_BUILD_RC -ne 0 ]; then echo "benchmark: not built (see build-bench.log)"; else echo "benchmark: no results (see bench.txt)"; fi
   fi
+  if [ -s "${DEVICE_PATH_TXT:-/nonexistent}" ]; then
+    echo "fused device path (device_path_bench; GB/s of gradient per step, #wrong vs the host path):"
+    grep -E "^(device|cuda) " "$DEVICE_PATH_TXT"
+  fi
+  [ -n "${OPTIMIZER_LINE:-}" ] && echo "$OPTIMIZER_LINE"
   [ $NCCL_FLAG = OFF ] && echo "nccl: not built (no nccl.h): the NCCL one-rank test did not run"
 } | tee -a "$LOG"
 [ $TEST_RC -ne 0 ] && exit $TEST_RC
