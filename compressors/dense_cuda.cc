@@ -45,7 +45,8 @@ class DenseCudaCodec final : public CudaCodec {
 
   void decode(const CudaDecodeArgs& args) override {
     const auto& view = *args.view;
-    if (codec_ != payload::CodecId::kNone) quantize::check_header(view, payload::codec_name(codec_), 0, 0, 0, 1);
+    // No flags, no parameters, a float original dtype, one section (none too, as its CPU decoder checks).
+    quantize::check_header(view, payload::codec_name(codec_), 0, 0, 0, 1);
     GRADCOMP_CHECK_AS(CorruptPayload,
                       view.header.section_count == 1 && view.sections[0].size() == args.numel * wire_bytes(),
                       "corrupt '{}' payload: body has {} bytes for {} elements", payload::codec_name(codec_),

@@ -73,9 +73,11 @@ struct MpiOptions {
   std::chrono::milliseconds timeout = default_comm_timeout();
 };
 
-// The MPI world (a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN). Initializes MPI if nobody has, requesting
-// MPI_THREAD_MULTIPLE (mpi_thread_level() tells what was provided), and then finalizes it at process exit; never
-// finalizes an MPI that someone else initialized. Throws CommError when gradcomp was built without MPI.
+// The MPI world (a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN). The world and every communicator split from
+// it form one family: the first Timeout or MPI error on any member breaks the whole family on every rank (the failing
+// rank tells the others), and every later call then throws CommError at once. Initializes MPI if nobody has,
+// requesting MPI_THREAD_MULTIPLE (mpi_thread_level() tells what was provided), and then finalizes it at process exit;
+// never finalizes an MPI that someone else initialized. Throws CommError when gradcomp was built without MPI.
 std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& options = {});
 
 // A set of `world_size` in-process communicators that talk through shared memory; give communicator r to thread r.

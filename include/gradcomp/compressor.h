@@ -86,7 +86,9 @@ class Compressor {
   virtual std::string spec() const = 0;
   virtual CompressorTraits traits() const = 0;
 
-  // Upper bound, in bytes, of the payload for a tensor of `numel` elements.
+  // Upper bound, in bytes, of the payload for a tensor of `numel` elements. Throws InvalidArgument when the codec
+  // cannot address that many elements (the sparsifiers' int32 indices: at most 2^31 - 1); compress() asks first, so
+  // such a tensor is refused before any state is allocated.
   virtual std::size_t max_payload_bytes(std::size_t numel) const = 0;
 
   // Compresses `grad` into `out` (same device as grad, at least max_payload_bytes(grad.numel()) bytes), applying and

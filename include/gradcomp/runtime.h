@@ -187,7 +187,8 @@ class Runtime {
 
   // Checkpoint of this rank's compression state: the state of every compressor instance it created (per-name
   // residuals, DGC momenta, ..., and scatter-reduce-allgather's re-quantization residuals), the per-buffer step
-  // counters that feed the codecs' random streams, and the "auto" policy's calibration. The bytes are versioned and checksummed.
+  // counters that feed the codecs' random streams, and the "auto" policy's calibration. The bytes are versioned and
+  // checksummed.
   // States are per rank (residuals differ between ranks): save on every rank, load each rank's own.
   // Legal only while no work is pending on this rank (after synchronize(), before the next allreduce_async(); not
   // from a completion callback): else InvalidArgument. Rethrows the error that stopped the runtime, if any.

@@ -173,7 +173,9 @@ void init_comm(nb::module_& m) {
             options.policy.default_spec = std::string(default_spec);
             options.op = op_of(op);
             if (cycle_time_ms > 0) options.cycle_time_ms = cycle_time_ms;
-            if (fusion_threshold_bytes >= 0) options.fusion_threshold_bytes = static_cast<std::size_t>(fusion_threshold_bytes);
+            if (fusion_threshold_bytes >= 0) {
+              options.fusion_threshold_bytes = static_cast<std::size_t>(fusion_threshold_bytes);
+            }
             if (!timeline_path.empty()) options.timeline_path = std::move(timeline_path);
             if (timeout_s > 0) options.timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000));
             new (self) Runtime(comm, options);
@@ -191,8 +193,8 @@ void init_comm(nb::module_& m) {
             return r.allreduce_async(name, view, spec).id;
           },
           "name"_a, "tensor"_a, "spec"_a = "", "stream"_a = 0,
-          "Enqueues an in-place allreduce; returns a handle id for wait(). Keep the tensor alive until then. For a CUDA\n"
-          "tensor, `stream` is the cudaStream_t that produced it (torch.cuda.current_stream().cuda_stream).")
+          "Enqueues an in-place allreduce; returns a handle id for wait(). Keep the tensor alive until then.\n"
+          "For a CUDA tensor, `stream` is the cudaStream_t that produced it (torch.cuda.current_stream().cuda_stream).")
       .def(
           "wait",
           [](Runtime& r, std::uint64_t id) {

@@ -63,7 +63,8 @@ class Executor {
   std::vector<float> residual(const std::string& name) const;
 
   // Everything that determines the results of later execute() calls: every codec instance's state (per-name
-  // residuals and momenta), the per-buffer step counters and the "auto" calibration. Only while no execute() runs (the runtime checks that no work is pending).
+  // residuals and momenta), the per-buffer step counters and the "auto" calibration. Only while no execute() runs
+  // (the runtime checks that no work is pending).
   void save_state(ByteWriter& writer) const;
   // Replaces that state with one written by save_state(). All-or-nothing: on any error (CorruptPayload for damaged
   // bytes, InvalidArgument for a codec state that does not fit its spec) nothing changes. Returns the loaded

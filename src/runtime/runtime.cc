@@ -202,7 +202,8 @@ void Runtime::Impl::fail_pending(const Status& status) {
   pending_.clear();
 }
 
-Runtime::Runtime(Communicator& comm, RuntimeOptions options) : impl_(std::make_unique<Impl>(comm, std::move(options))) {}
+Runtime::Runtime(Communicator& comm, RuntimeOptions options)
+    : impl_(std::make_unique<Impl>(comm, std::move(options))) {}
 Runtime::~Runtime() {
   try {
     impl_->shutdown();

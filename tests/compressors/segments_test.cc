@@ -72,8 +72,8 @@ TEST(Segments, StateFollowsTheNameAcrossGroupingsAndChunks) {
     auto fused = concat(ga, gb);
     const std::vector<TensorSegment> both = {{"a", 0, na, 0, 0}, {"b", na, nb, 0, 0}};
     auto sent = decode(*c, compress_segments(*c, fused, "buf", 0, both), na + nb);
-    check(ga, gb, std::vector<float>(sent.begin(), sent.begin() + na), std::vector<float>(sent.begin() + na, sent.end()),
-          0);
+    check(ga, gb, std::vector<float>(sent.begin(), sent.begin() + na),
+          std::vector<float>(sent.begin() + na, sent.end()), 0);
     // Step 1: a alone, b in two chunks ([0, 1200) with a's tail would be another layout; here b alone, split).
     ga = make_values(na, 3, false);
     gb = make_values(nb, 4, false);
@@ -90,8 +90,8 @@ TEST(Segments, StateFollowsTheNameAcrossGroupingsAndChunks) {
     gb = make_values(nb, 6, false);
     fused = concat(gb, ga);
     sent = decode(*c, compress_segments(*c, fused, "buf2", 2, {{"b", 0, nb, 0, 0}, {"a", nb, na, 0, 0}}), na + nb);
-    check(ga, gb, std::vector<float>(sent.begin() + nb, sent.end()), std::vector<float>(sent.begin(), sent.begin() + nb),
-          2);
+    check(ga, gb, std::vector<float>(sent.begin() + nb, sent.end()),
+          std::vector<float>(sent.begin(), sent.begin() + nb), 2);
     const auto* ef = dynamic_cast<const ErrorFeedbackCompressor*>(c.get());
     EXPECT_EQ(ef->state_of("buf"), nullptr) << spec << ": no state may be keyed by a buffer name";
   }
