@@ -1,5 +1,6 @@
 """Compressor objects (C++ codecs and Python-registered ones), spec strings and the Horovod-style Compression names."""
 import inspect
+import re
 import threading
 
 import numpy as _np
@@ -9,6 +10,9 @@ from ._gradcomp import InvalidArgument
 
 # Size of the payload header that precedes section 0 (the dense body of a summable codec); see compressors/payload.h.
 PAYLOAD_HEADER_BYTES = 64
+
+# The documented rule for codec names, ASCII only (str.islower() would let "ñame" through).
+_NAME_RE = re.compile(r"[a-z0-9_]+", re.ASCII)
 
 _python_registry = {}
 _registry_lock = threading.Lock()
@@ -206,7 +210,7 @@ def register_compressor(name, cls):
     ``cls`` is a class (instantiated with the spec's parameters, or used as is when its methods are static, as in
     Horovod) or an instance with ``compress(tensor) -> (payload, ctx)`` and ``decompress(payload, ctx)``.
     """
-    if not isinstance(name, str) or not name or not all(ch.islower() or ch.isdigit() or ch == "_" for ch in name):
+    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise InvalidArgument(f"register_compressor: name '{name}' must match [a-z0-9_]+")
     for method in ("compress", "decompress"):
         if not callable(getattr(cls, method, None)):

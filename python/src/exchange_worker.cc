@@ -47,7 +47,7 @@ nb::object ExchangeWorker::submit(nb::object compressor, nb::object tensor, std:
   job->compressor = nb::cast<Compressor*>(compressor);
   job->compressor_owner = std::move(compressor);
   const std::string what = fmt::format("compressed allreduce of '{}' on rank {}", name, communicator_->rank());
-  job->tensor = to_view(nb::cast<OutArray>(tensor), what, 0);
+  job->tensor = to_view(OutArray{tensor}, what, 0);
   job->tensor_owner = std::move(tensor);
   job->segments = std::make_unique<OwnedSegments>(segments, job->tensor.numel(), what);
   job->name = std::move(name);

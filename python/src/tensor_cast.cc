@@ -2,12 +2,38 @@
 
 #include <fmt/format.h>
 
+#include <string>
+
 #include "gradcomp/error.h"
 
 namespace gradcomp::python {
 namespace {
 
-DType dtype_of(nb::dlpack::dtype dt, std::string_view what) {
+constexpr std::string_view kAccepted =
+    "gradcomp takes contiguous float32, float16 or bfloat16 tensors or NumPy arrays (uint8 for payloads)";
+
+// str(object), throwing python_error on failure.
+std::string text_of(nb::handle object) {
+  const nb::object text = nb::steal(PyObject_Str(object.ptr()));
+  const char* utf8 = text.is_valid() ? PyUnicode_AsUTF8(text.ptr()) : nullptr;
+  if (utf8 == nullptr) throw nb::python_error();
+  return utf8;
+}
+
+// What `object` is, for error messages: its type and dtype (torch.bool, numpy's bool), or just its type.
+std::string describe_object(nb::handle object) {
+  PyErr_Clear();  // a failed import can leave the exporter's exception set (torch 1.13 cannot export bool tensors)
+  try {
+    const std::string type = text_of(object.type().attr("__qualname__"));
+    if (!nb::hasattr(object, "dtype")) return fmt::format("a {}", type);
+    return fmt::format("a {} of dtype {}", type, text_of(object.attr("dtype")));
+  } catch (nb::python_error&) {
+    PyErr_Clear();
+    return "an object that cannot be described";
+  }
+}
+
+DType dtype_of(nb::dlpack::dtype dt, nb::handle object, std::string_view what) {
   const auto code = static_cast<nb::dlpack::dtype_code>(dt.code);
   if (dt.lanes == 1) {
     if (code == nb::dlpack::dtype_code::Float && dt.bits == 32) return DType::kF32;
@@ -16,14 +42,23 @@ DType dtype_of(nb::dlpack::dtype dt, std::string_view what) {
     if (code == nb::dlpack::dtype_code::UInt && dt.bits == 8) return DType::kU8;
     if (code == nb::dlpack::dtype_code::Int && dt.bits == 32) return DType::kI32;
   }
-  throw InvalidArgument(fmt::format("{}: unsupported element type (DLPack code {}, {} bits, {} lanes); gradcomp takes "
-                                    "float32, float16 or bfloat16 tensors (and uint8 payloads)",
-                                    what, static_cast<int>(dt.code), dt.bits, dt.lanes));
+  throw InvalidArgument(fmt::format("{}: unsupported element type: {} (DLPack code {}, {} bits, {} lanes); {}", what,
+                                    describe_object(object), static_cast<int>(dt.code), dt.bits, dt.lanes, kAccepted));
 }
 
 template <typename Array>
-TensorView view_of(const Array& array, std::string_view what, std::uintptr_t stream) {
-  const DType dtype = dtype_of(array.dtype(), what);
+Array import_array(nb::handle object, std::string_view what) {
+  Array array;
+  if (!nb::try_cast(object, array, /*convert=*/false)) {
+    throw InvalidArgument(fmt::format("{}: unsupported element type or object: {}; {}", what, describe_object(object),
+                                      kAccepted));
+  }
+  return array;
+}
+
+template <typename Array>
+TensorView view_of(const Array& array, nb::handle object, std::string_view what, std::uintptr_t stream) {
+  const DType dtype = dtype_of(array.dtype(), object, what);
   // C-contiguity, ignoring the strides of size-1 dimensions (torch reports arbitrary ones there).
   std::int64_t expected = 1;
   for (std::size_t d = array.ndim(); d-- > 0;) {
@@ -51,11 +86,11 @@ TensorView view_of(const Array& array, std::string_view what, std::uintptr_t str
 
 }  // namespace
 
-TensorView to_view(const nb::ndarray<nb::ro>& array, std::string_view what, std::uintptr_t stream) {
-  return view_of(array, what, stream);
+TensorView to_view(const InArray& array, std::string_view what, std::uintptr_t stream) {
+  return view_of(import_array<nb::ndarray<nb::ro>>(array.object, what), array.object, what, stream);
 }
-TensorView to_view(const nb::ndarray<>& array, std::string_view what, std::uintptr_t stream) {
-  return view_of(array, what, stream);
+TensorView to_view(const OutArray& array, std::string_view what, std::uintptr_t stream) {
+  return view_of(import_array<nb::ndarray<>>(array.object, what), array.object, what, stream);
 }
 
 }  // namespace gradcomp::python
