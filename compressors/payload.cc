@@ -3,6 +3,7 @@
 #include <bit>
 #include <cstring>
 
+#include "compressors/codec_table.h"
 #include "gradcomp/error.h"
 
 namespace gradcomp::payload {
@@ -131,20 +132,9 @@ View parse(std::span<const std::byte> bytes, CodecId expected, long long expecte
 }
 
 std::string_view codec_name(CodecId codec) {
-  switch (codec) {
-    case CodecId::kNone: return "none";
-    case CodecId::kFp16: return "fp16";
-    case CodecId::kBf16: return "bf16";
-    case CodecId::kQsgd: return "qsgd";
-    case CodecId::kTernGrad: return "terngrad";
-    case CodecId::kOneBit: return "onebit";
-    case CodecId::kTopK: return "topk";
-    case CodecId::kRandomK: return "randomk";
-    case CodecId::kBlockTopK: return "blocktopk";
-    case CodecId::kDgc: return "dgc";
-    case CodecId::kCustom: return "custom";
-  }
-  return "unknown";
+  if (codec == CodecId::kCustom) return "custom";
+  const CodecRow* row = codec_row(codec);
+  return row ? row->name : "unknown";
 }
 
 }  // namespace gradcomp::payload

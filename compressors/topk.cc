@@ -24,10 +24,10 @@ constexpr std::size_t kMaxIndexable = static_cast<std::size_t>(std::numeric_limi
 
 std::vector<ParamSpec> topk_params() {
   auto params = lossy_common_params();
-  params.push_back(ParamSpec{"ratio", ParamSpec::Kind::kFloat, "", 0.0, 1.0, true, {},
-                             "fraction of elements sent, k = max(1, round(ratio*n)) (default 0.01; not with k)"});
+  params.push_back(ParamSpec{"ratio", ParamSpec::Kind::kFloat, "0.01", 0.0, 1.0, true, {},
+                             "fraction of elements sent, k = max(1, round(ratio*n)) (not with k)"});
   params.push_back(ParamSpec{"k", ParamSpec::Kind::kInt, "", 1.0, static_cast<double>(kMaxIndexable), false, {},
-                             "number of elements sent, clamped to the tensor size (not with ratio)"});
+                             "number of elements sent, clamped to the tensor size (replaces ratio)", "ratio"});
   params.push_back(ParamSpec{"values", ParamSpec::Kind::kChoice, "f32", 0, 0, false, {"f32", "f16"},
                              "wire type of the sent values (f16 saturates at +-65504, counted as saturated)"});
   return params;
@@ -92,27 +92,12 @@ void fused_pass(const float* grad, const float* residual, float* next, bool stre
   }
 }
 
-// Neither ratio nor k given means ratio=0.01, spelled out so that "topk" and "topk:ratio=0.01" are one canonical
-// spec (and load each other's state).
-Params with_default_ratio(const Params& params) {
-  if (params.has("ratio") || params.has("k")) return params;
-  auto values = params.values();
-  values["ratio"] = fmt::format("{}", kDefaultRatio);
-  std::vector<std::string> given;
-  for (const auto& [key, value] : params.values()) {
-    if (params.given(key)) given.push_back(key);
-  }
-  return Params("topk", std::move(values), std::move(given));
-}
-
 class TopKCompressor final : public ErrorFeedbackCompressor {
  public:
   explicit TopKCompressor(const Params& params)
       : ErrorFeedbackCompressor("topk", payload::CodecId::kTopK, topk_compressor_info().traits, topk_params(),
-                                with_default_ratio(params)) {
-    GRADCOMP_CHECK(!(params.given("ratio") && params.given("k")),
-                   "compressor 'topk': give either ratio or k, not both (got ratio={}, k={})",
-                   params.get_string("ratio"), params.get_string("k"));
+                                params) {
+    // The registry refuses ratio with k, and gives ratio its default only without k.
     if (params.has("k")) fixed_k_ = static_cast<std::size_t>(params.get_int("k"));
     ratio_ = params.has("ratio") ? params.get_float("ratio") : kDefaultRatio;
     type_ = params.get_string("values") == "f16" ? sparse::ValueType::kF16 : sparse::ValueType::kF32;

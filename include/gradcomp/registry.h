@@ -25,6 +25,9 @@ struct ParamSpec {
   bool min_exclusive = false;      // range is (min, max] instead of [min, max]
   std::vector<std::string> choices;  // for kChoice; kBool accepts on/off/true/false/1/0
   std::string help;
+  // Another parameter this one replaces (topk: k replaces ratio): giving both is an error, and when this one is
+  // given the other takes no default. "" = none.
+  std::string excludes = {};
 };
 
 // "int [1, 8]", "float (0, 1]", "on|off", "max|l2".
@@ -73,6 +76,19 @@ struct CompressorInfo {
   CompressorTraits traits;
   std::vector<ParamSpec> params;
   std::function<std::unique_ptr<Compressor>(const Params&)> factory;
+  // The parameter a positional argument sets in Python's Compression.<name>(x) (e.g. "ratio"); "" = none.
+  std::string positional = {};
+};
+
+// A spec parsed once and validated against its kind: what every component receives instead of re-parsing the
+// string. Equivalent spellings ("topk", "topk:ratio=0.01", "topk:ef=true,ratio=0.010") give equal values.
+struct CompressorSpec {
+  std::string name;
+  Params params;             // every declared parameter with its given or default value, normalized
+  CompressorTraits traits;
+  std::string canonical;     // "name:k=v,..." with every valued parameter in declaration order: the spec's identity
+
+  bool operator==(const CompressorSpec& other) const { return canonical == other.canonical; }
 };
 
 // A catalog of compressor kinds. Thread-safe.
@@ -96,7 +112,10 @@ class Registry {
   // Validates a spec against the declared parameters: unknown names, unknown parameters, unparsable or out-of-range
   // values raise InvalidArgument whose message lists what is valid.
   Params validate(std::string_view spec) const;
-  // validate() then the factory.
+  // validate() plus the kind's traits and the canonical string. Same errors as validate().
+  CompressorSpec parse(std::string_view spec) const;
+  // The kind's factory on a parsed spec (or parse() first).
+  std::unique_ptr<Compressor> create(const CompressorSpec& spec) const;
   std::unique_ptr<Compressor> create(std::string_view spec) const;
 
  private:

@@ -86,24 +86,45 @@ Params Registry::validate(std::string_view spec) const {
     values[key] = normalize_param_value(kind.name, *it, raw);
     given.push_back(key);
   }
+  std::vector<std::string> excluded;
   for (const auto& param : kind.params) {
-    if (!values.count(param.name) && !param.default_value.empty()) values[param.name] = param.default_value;
+    if (param.excludes.empty() || !values.count(param.name)) continue;
+    GRADCOMP_CHECK(!values.count(param.excludes), "compressor '{}': give either {} or {}, not both (got {}={}, {}={})",
+                   kind.name, param.excludes, param.name, param.excludes, values[param.excludes], param.name,
+                   values[param.name]);
+    excluded.push_back(param.excludes);
+  }
+  for (const auto& param : kind.params) {
+    const bool is_excluded = std::find(excluded.begin(), excluded.end(), param.name) != excluded.end();
+    if (!values.count(param.name) && !param.default_value.empty() && !is_excluded) {
+      values[param.name] = param.default_value;
+    }
   }
   return Params(kind.name, std::move(values), std::move(given));
 }
 
-std::unique_ptr<Compressor> Registry::create(std::string_view spec) const {
-  Params params = validate(spec);
-  const ParsedSpec parsed = parse_spec(spec);
+CompressorSpec Registry::parse(std::string_view spec) const {
+  CompressorSpec out;
+  out.params = validate(spec);
+  const CompressorInfo& kind = info(parse_spec(spec).name);
+  out.name = kind.name;
+  out.traits = kind.traits;
+  out.canonical = out.params.canonical(kind.params);
+  return out;
+}
+
+std::unique_ptr<Compressor> Registry::create(const CompressorSpec& spec) const {
   std::function<std::unique_ptr<Compressor>(const Params&)> factory;
   {
-    const CompressorInfo& kind = info(parsed.name);
+    const CompressorInfo& kind = info(spec.name);
     factory = kind.factory;
   }
-  auto compressor = factory(params);
-  GRADCOMP_ASSERT(compressor != nullptr, "factory of '{}' returned null", parsed.name);
+  auto compressor = factory(spec.params);
+  GRADCOMP_ASSERT(compressor != nullptr, "factory of '{}' returned null", spec.name);
   return compressor;
 }
+
+std::unique_ptr<Compressor> Registry::create(std::string_view spec) const { return create(parse(spec)); }
 
 std::unique_ptr<Compressor> make_compressor(std::string_view spec) { return default_registry().create(spec); }
 

@@ -38,7 +38,7 @@ std::string resolve_spec(const CompressionPolicy& policy, std::string_view name,
 
 std::string canonical_spec(std::string_view spec) {
   if (spec == kAutoSpec) return std::string(kAutoSpec);
-  return default_registry().create(spec)->spec();
+  return default_registry().parse(spec).canonical;
 }
 
 }  // namespace gradcomp::runtime

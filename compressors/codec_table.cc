@@ -1,0 +1,56 @@
+#include "compressors/codec_table.h"
+
+#include <array>
+
+#include "compressors/blocktopk.h"
+#include "compressors/bf16.h"
+#include "compressors/dgc.h"
+#include "compressors/fp16.h"
+#include "compressors/none.h"
+#include "compressors/onebit.h"
+#include "compressors/qsgd.h"
+#include "compressors/randomk.h"
+#include "compressors/terngrad.h"
+#include "compressors/topk.h"
+#include "gradcomp/config.h"
+
+#if GRADCOMP_WITH_CUDA
+#include "compressors/dense_cuda.h"
+#include "compressors/quantize_cuda.h"
+#include "compressors/sparse_cuda.h"
+#define GRADCOMP_CUDA_BACKEND(factory) &factory
+#else
+#define GRADCOMP_CUDA_BACKEND(factory) nullptr
+#endif
+
+namespace gradcomp {
+
+namespace {
+using payload::CodecId;
+
+const std::array<CodecRow, 10> kRows = {{
+    {CodecId::kNone, "none", &none_compressor_info, GRADCOMP_CUDA_BACKEND(make_dense_cuda_codec), ""},
+    {CodecId::kFp16, "fp16", &fp16_compressor_info, GRADCOMP_CUDA_BACKEND(make_dense_cuda_codec), ""},
+    {CodecId::kBf16, "bf16", &bf16_compressor_info, GRADCOMP_CUDA_BACKEND(make_dense_cuda_codec), ""},
+    {CodecId::kQsgd, "qsgd", &qsgd_compressor_info, GRADCOMP_CUDA_BACKEND(make_quantize_cuda_codec), "bits"},
+    {CodecId::kTernGrad, "terngrad", &terngrad_compressor_info, GRADCOMP_CUDA_BACKEND(make_quantize_cuda_codec), ""},
+    {CodecId::kOneBit, "onebit", &onebit_compressor_info, GRADCOMP_CUDA_BACKEND(make_quantize_cuda_codec), ""},
+    {CodecId::kTopK, "topk", &topk_compressor_info, GRADCOMP_CUDA_BACKEND(make_sparse_cuda_codec), "ratio"},
+    {CodecId::kRandomK, "randomk", &randomk_compressor_info, GRADCOMP_CUDA_BACKEND(make_sparse_cuda_codec), "ratio"},
+    {CodecId::kBlockTopK, "blocktopk", &blocktopk_compressor_info, GRADCOMP_CUDA_BACKEND(make_sparse_cuda_codec),
+     "ratio"},
+    {CodecId::kDgc, "dgc", &dgc_compressor_info, GRADCOMP_CUDA_BACKEND(make_sparse_cuda_codec), "ratio"},
+}};
+
+}  // namespace
+
+std::span<const CodecRow> builtin_codecs() { return kRows; }
+
+const CodecRow* codec_row(payload::CodecId id) {
+  for (const CodecRow& row : kRows) {
+    if (row.id == id) return &row;
+  }
+  return nullptr;
+}
+
+}  // namespace gradcomp
