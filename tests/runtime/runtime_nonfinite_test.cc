@@ -94,6 +94,13 @@ bool all_finite(const std::vector<float>& values) {
   return std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); });
 }
 
+// A gtest-safe name for a spec parameter ("topk:ratio=0.1" -> "topk_ratio_0_1").
+std::string spec_test_name(const ::testing::TestParamInfo<const char*>& info) {
+  std::string name = info.param;
+  for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return name;
+}
+
 class SkipWithoutErrorFeedback : public ::testing::TestWithParam<const char*> {};
 
 // Without a residual, "send zeros for that tensor, leave its state untouched" is exactly a run whose gradient was
@@ -113,11 +120,7 @@ TEST_P(SkipWithoutErrorFeedback, IsExactlyAZeroGradientForThatTensor) {
 INSTANTIATE_TEST_SUITE_P(Codecs, SkipWithoutErrorFeedback,
                          ::testing::Values("none", "topk:ratio=0.1,ef=off", "qsgd:bits=4,ef=off",
                                            "randomk:ratio=0.2,ef=off", "fp16:ef=off"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           return name;
-                         });
+                         spec_test_name);
 
 class SkipWithErrorFeedback : public ::testing::TestWithParam<const char*> {};
 
@@ -153,11 +156,7 @@ TEST_P(SkipWithErrorFeedback, KeepsThatTensorsStateAndNothingElse) {
 INSTANTIATE_TEST_SUITE_P(Codecs, SkipWithErrorFeedback,
                          ::testing::Values("topk:ratio=0.05", "qsgd:bits=4", "onebit", "dgc:ratio=0.01",
                                            "fp16:prescale=1"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           return name;
-                         });
+                         spec_test_name);
 
 class Pass : public ::testing::TestWithParam<const char*> {};
 
@@ -176,11 +175,7 @@ TEST_P(Pass, LaterStepsStayFinite) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, Pass, ::testing::Values("topk:ratio=0.05", "qsgd:bits=4", "dgc:ratio=0.01"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-                           return name;
-                         });
+                         spec_test_name);
 
 // nonfinite=raise names the user's tensor and the rank, not the fusion buffer it travels in.
 TEST(Raise, NamesTheTensorAndRankInsideAFusedBuffer) {
