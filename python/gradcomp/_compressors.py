@@ -1,11 +1,14 @@
 """Compressor objects (C++ codecs and Python-registered ones), spec strings and the Horovod-style Compression names."""
 import inspect
+import itertools
+import pickle
 import re
 import threading
 
 import numpy as _np
 
 from . import _gradcomp as _C
+from . import _state
 from ._gradcomp import InvalidArgument
 
 # Size of the payload header that precedes section 0 (the dense body of a summable codec); see compressors/payload.h.
@@ -13,6 +16,10 @@ PAYLOAD_HEADER_BYTES = 64
 
 # The documented rule for codec names, ASCII only (str.islower() would let "ñame" through).
 _NAME_RE = re.compile(r"[a-z0-9_]+", re.ASCII)
+
+# Each compressor object's agreement scope (see _torch_comm.allreduce_async): the exchanges of one hook state or
+# optimizer are checked across ranks once per layout.
+_agreement_scopes = itertools.count(1)
 
 _python_registry = {}
 _registry_lock = threading.Lock()
@@ -74,6 +81,7 @@ class Compressor:
     def __init__(self, spec, **params):
         self._impl = _C.make_compressor(make_spec(spec, **params))
         self._buffers = {}
+        self.agreement_scope = next(_agreement_scopes)
 
     @property
     def name(self):
@@ -130,14 +138,21 @@ class Compressor:
         self._impl.reset_state()
 
     def state_dict(self):
-        """``{"spec": canonical spec, "state": bytes}``: every tensor's residuals, momenta and step counters."""
-        return {"spec": self.spec, "state": self._impl.save_state()}
+        """Every tensor's residuals, momenta and step counters in a checksummed envelope (``_state.seal``: format
+        version, spec, checksum; kind "compressor")."""
+        return _state.seal("compressor", self.spec, self._state_bytes())
 
     def load_state_dict(self, state):
-        if state.get("spec") != self.spec:
-            raise InvalidArgument(f"load_state_dict: state saved by '{state.get('spec')}' cannot be loaded into "
-                                  f"'{self.spec}'")
-        self._impl.load_state(bytes(state["state"]))
+        """Restores a ``state_dict()``: damaged bytes raise CorruptPayload, another codec's state InvalidArgument;
+        either way nothing changes."""
+        data, _ = _state.open_state(state, "compressor", self.spec, where=f"{self!r}.load_state_dict")
+        self._load_state_bytes(data)
+
+    def _state_bytes(self):
+        return self._impl.save_state()
+
+    def _load_state_bytes(self, data):
+        self._impl.load_state(data)  # all or nothing (the C++ codec swaps its state in only once it parsed)
 
     def __repr__(self):
         return f"gradcomp.Compressor('{self.spec}')"
@@ -154,6 +169,7 @@ class PythonCompressor:
     def __init__(self, name, impl):
         self._name = name
         self._impl = impl
+        self.agreement_scope = next(_agreement_scopes)
 
     @property
     def name(self):
@@ -189,16 +205,21 @@ class PythonCompressor:
             part.copy_(self.decompress(payload, ctx).reshape(part.shape))
 
     def state_dict(self):
-        sd = getattr(self._impl, "state_dict", None)
-        return {"spec": self._name, "state": sd() if callable(sd) else None}
+        """The codec's own ``state_dict()`` (if it has one), pickled, in the checksummed envelope of _state.seal."""
+        return _state.seal("compressor", self._name, self._state_bytes())
 
     def load_state_dict(self, state):
-        if state.get("spec") != self._name:
-            raise InvalidArgument(f"load_state_dict: state saved by '{state.get('spec')}' cannot be loaded into "
-                                  f"'{self._name}'")
+        data, _ = _state.open_state(state, "compressor", self._name, where=f"{self!r}.load_state_dict")
+        self._load_state_bytes(data)
+
+    def _state_bytes(self):
+        sd = getattr(self._impl, "state_dict", None)
+        return pickle.dumps(sd()) if callable(sd) else b""
+
+    def _load_state_bytes(self, data):
         ld = getattr(self._impl, "load_state_dict", None)
-        if callable(ld) and state.get("state") is not None:
-            ld(state["state"])
+        if callable(ld) and data:
+            ld(pickle.loads(data))
 
     def __repr__(self):
         return f"gradcomp.PythonCompressor('{self._name}', {self._impl!r})"

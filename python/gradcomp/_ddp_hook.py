@@ -1,8 +1,13 @@
 """gradcomp's DDP communication hook: each GradBucket goes whole through the C++ compressed_allreduce (see
 _torch_comm.allreduce_async), with one segment per parameter so error feedback is keyed by parameter name."""
+import copy
+import functools
 import hashlib
 
-from . import _torch_comm
+import torch.distributed as dist
+from torch.autograd import Variable
+
+from . import _state, _torch_comm
 from ._compressors import compressor
 from ._gradcomp import Error
 
@@ -19,6 +24,7 @@ class HookState:
         self.hierarchical = bool(hierarchical)
         self.step = 0
         self.last_stats = {}
+        self._in_flight = None  # this backward pass's futures (see _raise_errors_in_backward)
         self._names = {}
         if model is not None:
             self._names = {id(p): name for name, p in model.named_parameters()}
@@ -34,11 +40,24 @@ class HookState:
         return name
 
     def state_dict(self):
-        return {"spec": self.compressor.spec, "step": self.step, "compressor": self.compressor.state_dict()}
+        """This rank's residuals and step in a checksummed envelope (kind "ddp_hook", spec, rank, world size; see
+        gradcomp._state). Residuals are per rank: save one file per rank."""
+        rank, world = self._rank_and_size()
+        return _state.seal("ddp_hook", self.compressor.spec, self.compressor._state_bytes(), rank, world, self.step)
 
     def load_state_dict(self, state):
-        self.compressor.load_state_dict(state["compressor"])
-        self.step = int(state["step"])
+        """Restores this rank's own ``state_dict()``. Flipped or truncated bytes raise CorruptPayload; another rank's,
+        world size's or codec's state InvalidArgument; a failed load changes nothing."""
+        rank, world = self._rank_and_size()
+        data, step = _state.open_state(state, "ddp_hook", self.compressor.spec, rank, world,
+                                       where="HookState.load_state_dict")
+        self.compressor._load_state_bytes(data)
+        self.step = int(step)
+
+    def _rank_and_size(self):
+        if not dist.is_initialized():
+            return 0, 1
+        return dist.get_rank(self.process_group), dist.get_world_size(self.process_group)
 
 
 def bucket_segments(state, bucket):
@@ -71,9 +90,46 @@ def _gradcomp_hook(state, bucket):
     fut = _torch_comm.allreduce_async(state.compressor, buffer, name, state.step, op="average", segments=segments,
                                       group=state.process_group, result=buffer, stats=stats,
                                       hierarchical=state.hierarchical)
-    if bucket.is_last():
+    last = bucket.is_last()
+    if last:
         state.step += 1
+    _raise_errors_in_backward(state, fut, last)
     return fut
+
+
+def _raise_errors_in_backward(state, fut, last):
+    """DDP's reducer reads each hook future's value as a Tensor, so a future that carries an exception reached the
+    user as "RuntimeError: Unable to cast <message> to Tensor". The first bucket of a backward pass therefore queues
+    an autograd-engine callback, which runs at the end of backward before DDP's own (queued after the last bucket):
+    it waits for the pass's futures and raises the first gradcomp exception itself, so ``loss.backward()`` raises
+    gradcomp.InvalidArgument / Timeout / CommError with its message. Outside backward (the hook called directly)
+    ``fut.wait()`` raises it."""
+    if state._in_flight is None:
+        state._in_flight = [fut]
+        try:
+            Variable._execution_engine.queue_callback(functools.partial(_raise_first_error, state._in_flight))
+        except RuntimeError:  # not inside a backward pass
+            state._in_flight = None
+            return
+    else:
+        state._in_flight.append(fut)
+    if last:
+        state._in_flight = None  # the next call starts a new pass, whether or not this pass's callback runs
+
+
+def _raise_first_error(futures):
+    error = None
+    for fut in futures:
+        try:
+            fut.wait()
+        except Exception as e:  # noqa: BLE001 - the first one is raised below, after every exchange has finished
+            error = error or e
+            e.__traceback__ = None
+    if error is not None:
+        # A copy: the object inside the future must not take the traceback of the frames above (the caller's, which
+        # hold the DDP model, whose C++ reducer holds the future: an uncollectable cycle that kept the hook's
+        # compressor alive at exit).
+        raise copy.copy(error)
 
 
 def ddp_comm_hook(spec="topk:ratio=0.01", model=None, process_group=None, hierarchical=False, **params):

@@ -16,6 +16,7 @@ rank either way.
 import atexit
 import contextlib
 import datetime
+import hashlib
 import os
 import threading
 
@@ -249,13 +250,31 @@ def allreduce_async(compressor, tensor, name, step, op="average", segments=None,
     Future whose value is `result`; when `stats` is a dict it receives the AllreduceStats (algorithm,
     switched_to_dense, bytes, seconds) before the future completes. hierarchical: dense float32 sum inside each node
     (GRADCOMP_LOCAL_SIZE ranks per node), compressed allreduce between the node leaders; the group must span the
-    whole job (the node groups are torch groups, built on the first such call)."""
+    whole job (the node groups are torch groups, built on the first such call).
+
+    The ranks' agreement on the exchange (codec kind and spec, dtype, numel, op, hierarchical, the segments' names and
+    sizes) is checked by the worker before the first exchange of each layout and cached per compressor (each hook
+    state and optimizer has its own): a mismatch raises gradcomp.InvalidArgument on every rank, naming rank 0's
+    layout and the differing rank's. Later exchanges of the layout run without the check."""
     ex = exchange_for(group)
+    parts = segments if segments else [(name, 0, tensor.numel())]
+    agreement = exchange_layout(compressor, tensor, name, op, parts, hierarchical)
     if compressor.is_python:
-        parts = segments if segments else [(name, 0, tensor.numel())]
-        return ex.worker.submit_call(lambda: _python_codec_allreduce(ex.comm, compressor, tensor, parts, op, result))
+        return ex.worker.submit_call(lambda: _python_codec_allreduce(ex.comm, compressor, tensor, parts, op, result),
+                                     agreement)
     return ex.worker.submit(compressor._impl, tensor.detach(), name, op, step, "auto", segments, hierarchical, result,
-                            stats)
+                            stats, verify=False, agreement=agreement)
+
+
+def exchange_layout(compressor, tensor, name, op, parts, hierarchical):
+    """(scope, 16-byte fingerprint, description) of what this rank is about to exchange, for the worker's agreement
+    check (python/src/agreement.h)."""
+    kind = "python" if compressor.is_python else "c++"
+    dtype = str(tensor.dtype).replace("torch.", "")
+    segs = ", ".join(f"{n}:{k}" for n, _, k in parts)
+    description = (f"name='{name}' codec={kind} spec='{compressor.spec}' dtype={dtype} numel={tensor.numel()} "
+                   f"op={op}{' hierarchical' if hierarchical else ''} segments=[{segs}]")
+    return compressor.agreement_scope, hashlib.blake2b(description.encode(), digest_size=16).digest(), description
 
 
 def _python_codec_allreduce(comm, codec, tensor, parts, op, result):

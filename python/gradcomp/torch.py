@@ -18,13 +18,12 @@ import contextlib
 import hashlib
 import os
 import socket
-import warnings
 
 import torch
 import torch.distributed as dist
 
 from . import _gradcomp as _C
-from . import _torch_comm
+from . import _optimizer_state, _torch_comm
 from ._compressors import Compression, CompressionSpec, InvalidArgument, compressor, make_spec  # noqa: F401
 from ._ddp_hook import HookState, bucket_name, bucket_segments, ddp_comm_hook  # noqa: F401
 from ._gradcomp import CommError, Error, Timeout  # noqa: F401
@@ -304,10 +303,9 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
     if _ctx.size == 1:
         return
     state = optimizer.state_dict() if _ctx.rank == root_rank else None
-    if state is not None and isinstance(state.get("gradcomp"), dict) and "runtime" in state["gradcomp"]:
-        # The fusion runtime's state is per rank (residuals differ): each rank keeps its own.
-        state = dict(state)
-        state["gradcomp"] = {k: v for k, v in state["gradcomp"].items() if k != "runtime"}
+    if state is not None:
+        # gradcomp's state (residuals, the runtime's) is per rank and refuses to load on another: each keeps its own.
+        state = {k: v for k, v in state.items() if k != "gradcomp"}
     state = broadcast_object(state, root_rank)
     if _ctx.rank != root_rank:
         optimizer.load_state_dict(state)
@@ -509,40 +507,20 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
     def state_dict(self):
+        """The wrapped optimizer's state plus "gradcomp": this rank's compressor state (see _optimizer_state.save)."""
         sd = super(self.__class__, self).state_dict()
-        sd["gradcomp"] = {"spec": self._compressor.spec, "step": self._step_count_gc,
-                          "compressor": self._compressor.state_dict()}
-        if _ctx.backend == "runtime" and _ctx.runtime is not None:
-            # The C++ runtime keeps the residuals of its fused buffers and its own codec instances: this rank's
-            # share of the checkpoint (per rank; raises InvalidArgument while gradients are still in flight).
-            if self._handles:
-                raise InvalidArgument("DistributedOptimizer.state_dict(): gradients are still being reduced; call "
-                                      "step() or synchronize() first")
-            sd["gradcomp"]["runtime"] = {"rank": _ctx.rank, "size": _ctx.size,
-                                         "state": _ctx.runtime.save_state()}
+        sd["gradcomp"] = _optimizer_state.save(self, _ctx)
         return sd
 
     def load_state_dict(self, state_dict):
+        """Restores this rank's own state_dict(); a failed load changes nothing (see _optimizer_state.load)."""
         state_dict = dict(state_dict)
         gc = state_dict.pop("gradcomp", None)
-        super(self.__class__, self).load_state_dict(state_dict)
-        if gc is not None:
-            self._compressor.load_state_dict(gc["compressor"])
-            self._step_count_gc = int(gc["step"])
-            rt = gc.get("runtime")
-            if rt is not None:
-                if _ctx.backend != "runtime" or _ctx.runtime is None:
-                    warnings.warn("DistributedOptimizer.load_state_dict(): the checkpoint holds the fusion runtime's "
-                                  f"state but the backend is '{_ctx.backend}'; the runtime's residuals are dropped")
-                elif (rt["rank"], rt["size"]) != (_ctx.rank, _ctx.size):
-                    raise InvalidArgument(f"DistributedOptimizer.load_state_dict() on rank {_ctx.rank} of "
-                                          f"{_ctx.size}: the runtime state was saved by rank {rt['rank']} of "
-                                          f"{rt['size']} (checkpoints are per rank: load each rank's own file)")
-                else:
-                    if self._handles:
-                        raise InvalidArgument("DistributedOptimizer.load_state_dict(): gradients are still being "
-                                              "reduced; call step() or synchronize() first")
-                    _ctx.runtime.load_state(bytes(rt["state"]))
+        load_wrapped = lambda: super(self.__class__, self).load_state_dict(state_dict)  # noqa: E731
+        if gc is None:
+            load_wrapped()
+        else:
+            _optimizer_state.load(self, gc, _ctx, load_wrapped)
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,

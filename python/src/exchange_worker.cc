@@ -5,6 +5,10 @@
 
 #include <nanobind/ndarray.h>
 
+#include <cstring>
+#include <optional>
+
+#include "agreement.h"
 #include "allreduce_args.h"
 #include "bindings.h"
 #include "gradcomp/collectives.h"
@@ -25,8 +29,30 @@ struct ExchangeWorker::Job {
   std::string name;
   AllreduceOptions options;
   std::unique_ptr<OwnedSegments> segments;
+  std::optional<ExchangeLayout> layout;  // checked across ranks before the job's first collective
   AllreduceStats done;
 };
+
+namespace {
+
+// None, or the (scope, fingerprint, description) tuple of ExchangeWorker::submit.
+std::optional<ExchangeLayout> layout_of(nb::handle agreement) {
+  if (agreement.is_none()) return std::nullopt;
+  nb::tuple triple;
+  nb::bytes fingerprint;
+  nb::str description;
+  ExchangeLayout layout;
+  if (!nb::try_cast(agreement, triple) || triple.size() != 3 || !nb::try_cast(triple[0], layout.scope) ||
+      !nb::try_cast(triple[1], fingerprint) || !nb::try_cast(triple[2], description) ||
+      fingerprint.size() != layout.fingerprint.size()) {
+    throw InvalidArgument("exchange worker: agreement must be None or (scope, 16-byte fingerprint, description)");
+  }
+  std::memcpy(layout.fingerprint.data(), fingerprint.c_str(), layout.fingerprint.size());
+  layout.description = description.c_str();
+  return layout;
+}
+
+}  // namespace
 
 ExchangeWorker::ExchangeWorker(nb::object communicator)
     : communicator_owner_(std::move(communicator)),
@@ -42,8 +68,10 @@ ExchangeWorker::~ExchangeWorker() {
 
 nb::object ExchangeWorker::submit(nb::object compressor, nb::object tensor, std::string name, std::string_view op,
                                   std::uint64_t step, std::string_view algorithm, nb::handle segments,
-                                  bool hierarchical, nb::object result, nb::object stats) {
+                                  bool hierarchical, nb::object result, nb::object stats, bool verify,
+                                  nb::handle agreement) {
   auto job = std::make_unique<Job>();
+  job->layout = layout_of(agreement);
   job->compressor = nb::cast<Compressor*>(compressor);
   job->compressor_owner = std::move(compressor);
   const std::string what = fmt::format("compressed allreduce of '{}' on rank {}", name, communicator_->rank());
@@ -56,13 +84,15 @@ nb::object ExchangeWorker::submit(nb::object compressor, nb::object tensor, std:
   job->options.algorithm = parse_algorithm(algorithm);
   job->options.segments = job->segments->view();
   job->options.hierarchical = hierarchical;
+  job->options.verify = verify;
   job->result = std::move(result);
   job->stats = std::move(stats);
   return enqueue(std::move(job));
 }
 
-nb::object ExchangeWorker::submit_call(nb::object fn) {
+nb::object ExchangeWorker::submit_call(nb::object fn, nb::handle agreement) {
   auto job = std::make_unique<Job>();
+  job->layout = layout_of(agreement);
   job->fn = std::move(fn);
   return enqueue(std::move(job));
 }
@@ -114,6 +144,19 @@ void ExchangeWorker::loop() {
 }
 
 void ExchangeWorker::run(Job& job) {
+  if (job.layout) {
+    // Decided in job order, which is the same on every rank: a layout is checked until a check has passed.
+    const auto key = std::make_pair(job.layout->scope, job.layout->fingerprint);
+    if (!agreed_.contains(key)) {
+      try {
+        check_agreement(*communicator_, *job.layout);
+      } catch (...) {
+        job.error = std::current_exception();
+        return;
+      }
+      agreed_.insert(key);
+    }
+  }
   if (job.fn.is_valid()) {
     nb::gil_scoped_acquire gil;
     try {

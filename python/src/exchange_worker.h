@@ -7,14 +7,17 @@
 
 #include <nanobind/nanobind.h>
 
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 
 #include "gradcomp/collectives.h"
 #include "gradcomp/communicator.h"
@@ -33,20 +36,24 @@ class ExchangeWorker {
   ExchangeWorker(const ExchangeWorker&) = delete;
   ExchangeWorker& operator=(const ExchangeWorker&) = delete;
 
-  // Enqueues compressed_allreduce(comm, compressor, tensor, name, {op, step, algorithm, segments, hierarchical}) on
-  // the tensor in place. `segments`: None or [(name, offset, numel)] covering the tensor in order. `hierarchical`: the
-  // node groups are built by the first such job (a collective split, in job order on every rank) and reused by the
-  // later ones for the worker's lifetime. Returns a torch.futures.Future
-  // whose value is `result` once the tensor holds the aggregate, or that carries the gradcomp exception (with rank
-  // and tensor name). When `stats` is a dict, the AllreduceStats are written into it before the future completes.
-  // The worker holds references to the compressor and the tensor until then. Arguments are checked here (raising in
-  // the caller). The compressor must not be used by another thread while its jobs are pending.
+  // Enqueues compressed_allreduce(comm, compressor, tensor, name, {op, step, algorithm, segments, hierarchical,
+  // verify}) on the tensor in place. `segments`: None or [(name, offset, numel)] covering the tensor in order.
+  // `hierarchical`: the node groups are built by the first such job (a collective split, in job order on every rank)
+  // and reused by the later ones for the worker's lifetime. `verify`: compressed_allreduce's own per-call agreement
+  // check. `agreement`: None, or (scope, 16-byte fingerprint, description) of the exchange's layout
+  // (ExchangeLayout, agreement.h): checked across ranks before the job's first collective, until a check of that
+  // (scope, fingerprint) has passed; later jobs of the layout skip it (the decision is taken in job order, so every
+  // rank takes the same one). Returns a torch.futures.Future whose value is
+  // `result` once the tensor holds the aggregate, or that carries the gradcomp exception (with rank and tensor name).
+  // When `stats` is a dict, the AllreduceStats are written into it before the future completes. The worker holds
+  // references to the compressor and the tensor until then. Arguments are checked here (raising in the caller). The
+  // compressor must not be used by another thread while its jobs are pending.
   nb::object submit(nb::object compressor, nb::object tensor, std::string name, std::string_view op,
                     std::uint64_t step, std::string_view algorithm, nb::handle segments, bool hierarchical,
-                    nb::object result, nb::object stats);
+                    nb::object result, nb::object stats, bool verify, nb::handle agreement);
   // Enqueues a Python callable, run with the GIL in order with the other jobs (the fallback for Python codecs); the
-  // future's value is its return value, or its exception.
-  nb::object submit_call(nb::object fn);
+  // future's value is its return value, or its exception. `agreement` as for submit(), checked before `fn` runs.
+  nb::object submit_call(nb::object fn, nb::handle agreement);
   // Runs the jobs already queued, then ends the thread. Later submits raise CommError. Idempotent.
   void close();
 
@@ -64,6 +71,7 @@ class ExchangeWorker {
   std::condition_variable wake_;
   std::deque<std::unique_ptr<Job>> queue_;
   std::unique_ptr<NodeGroups> nodes_;  // used by the worker thread only
+  std::set<std::pair<std::uint64_t, std::array<std::byte, 16>>> agreed_;  // layouts checked; worker thread only
   bool closing_ = false;
   std::thread thread_;
 };
