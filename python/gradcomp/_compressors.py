@@ -24,8 +24,6 @@ _agreement_scopes = itertools.count(1)
 _python_registry = {}
 _registry_lock = threading.Lock()
 
-# The parameter a positional argument means, as in Compression.topk(0.01) or Compression.qsgd(4).
-_POSITIONAL = {"topk": "ratio", "randomk": "ratio", "blocktopk": "ratio", "dgc": "ratio", "qsgd": "bits"}
 
 
 def _format_value(value):
@@ -42,9 +40,8 @@ def make_spec(spec, **params):
         raise InvalidArgument(f"a compressor spec must be a string such as 'topk:ratio=0.01', got {type(spec).__name__}")
     if not params:
         return spec
-    name, _, rest = spec.partition(":")
-    pairs = [kv.split("=", 1) for kv in rest.split(",") if kv] if rest else []
-    merged = {k: v for k, v in pairs}
+    name, pairs = _C.parse_spec(spec)  # the one spec parser (C++), also for Python-registered names
+    merged = dict(pairs)
     for k, v in params.items():
         merged[k] = _format_value(v)
     return name + ":" + ",".join(f"{k}={v}" for k, v in merged.items())
@@ -262,14 +259,10 @@ def _instantiate_python(name, cls, params):
     return cls
 
 
-def _parse_python_params(rest):
+def _python_params(pairs):
+    """Keyword arguments of a Python codec from the spec's (key, value) pairs: numbers become int or float."""
     params = {}
-    for kv in rest.split(","):
-        if not kv:
-            continue
-        k, sep, v = kv.partition("=")
-        if not sep:
-            raise InvalidArgument(f"bad parameter '{kv}': expected key=value")
+    for k, v in pairs:
         for conv in (int, float):
             try:
                 v = conv(v)
@@ -278,6 +271,10 @@ def _parse_python_params(rest):
                 pass
         params[k] = v
     return params
+
+
+def _C_knows(name):
+    return any(info["name"] == name for info in _C.list_compressors())
 
 
 def compressor(spec, **params):
@@ -289,11 +286,11 @@ def compressor(spec, **params):
     if isinstance(spec, (Compressor, PythonCompressor)):
         return spec
     full = make_spec(spec, **params)
-    name, _, rest = full.partition(":")
+    name, pairs = _C.parse_spec(full)
     with _registry_lock:
         cls = _python_registry.get(name)
     if cls is not None:
-        return PythonCompressor(name, _instantiate_python(name, cls, _parse_python_params(rest)))
+        return PythonCompressor(name, _instantiate_python(name, cls, _python_params(pairs)))
     return Compressor(full)
 
 
@@ -317,12 +314,15 @@ class CompressionSpec:
         self.spec = spec
 
     def __call__(self, *args, **params):
-        name = self.spec.partition(":")[0]
+        name = _C.parse_spec(self.spec)[0]
         if args:
-            if len(args) > 1 or name not in _POSITIONAL:
+            # The parameter a positional argument means (Compression.topk(0.01), Compression.qsgd(4)): from the
+            # codec table, through the registry.
+            positional = _C.compressor_info(name)["positional"] if _C_knows(name) else ""
+            if len(args) > 1 or not positional:
                 raise InvalidArgument(f"Compression.{name}: pass parameters by keyword, e.g. "
                                       f"Compression.{name}(ratio=0.01)")
-            params = {_POSITIONAL[name]: args[0], **params}
+            params = {positional: args[0], **params}
         return CompressionSpec(make_spec(self.spec, **params))
 
     def __repr__(self):

@@ -105,6 +105,7 @@ nb::dict info_dict(const CompressorInfo& info) {
     params.append(pd);
   }
   d["params"] = params;
+  d["positional"] = info.positional;
   return d;
 }
 
@@ -206,11 +207,19 @@ void init_compressors(nb::module_& m) {
       "A new compressor from a spec string such as 'topk:ratio=0.01'.");
   m.def(
       "canonical_spec",
+      [](std::string_view spec) { return default_registry().parse(spec).canonical; }, "spec"_a,
+      "Validates a spec and spells out every parameter (equivalent spellings give the same string).");
+  m.def(
+      "parse_spec",
       [](std::string_view spec) {
-        const Params params = default_registry().validate(spec);
-        return params.canonical(default_registry().info(parse_spec(spec).name).params);
+        const ParsedSpec parsed = parse_spec(spec);
+        nb::list pairs;
+        for (const auto& [key, value] : parsed.params) pairs.append(nb::make_tuple(key, value));
+        return nb::make_tuple(parsed.name, pairs);
       },
-      "spec"_a, "Validates a spec and spells out every parameter.");
+      "spec"_a,
+      "The spec's syntax only, (name, [(key, value), ...]) in order, for any codec (Python-registered ones too);\n"
+      "raises InvalidArgument on a syntax error.");
   m.def("list_compressors", []() {
     nb::list out;
     for (const CompressorInfo& info : default_registry().list()) out.append(info_dict(info));

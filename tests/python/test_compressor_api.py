@@ -134,3 +134,23 @@ def test_compression_names():
     for name in ("none", "fp16", "bf16", "qsgd", "terngrad", "onebit", "topk", "randomk", "blocktopk", "dgc"):
         assert isinstance(getattr(C, name), gradcomp.CompressionSpec)
     assert gradcomp.compressor(C.none).spec.startswith("none")
+
+
+def test_one_spec_parser_and_the_codec_tables_positional_parameters():
+    """Specs are parsed by the C++ parser only; equivalent spellings are one canonical spec; the parameter a
+    positional argument sets comes from the codec table (list_compressors()["positional"])."""
+    C = gradcomp.Compression
+    canonical = gradcomp._gradcomp.canonical_spec
+    assert canonical("topk") == canonical("topk:ratio=0.01") == canonical(" topk : ef=true , ratio=0.010 ")
+    assert canonical("topk") != canonical("topk:ratio=0.02")
+    positional = {c["name"]: c["positional"] for c in gradcomp.list_compressors() if not c.get("python")}
+    assert positional["topk"] == "ratio" and positional["qsgd"] == "bits" and positional["fp16"] == ""
+    assert C.randomk(0.05).spec == "randomk:ratio=0.05"
+    with pytest.raises(gradcomp.InvalidArgument, match="by keyword"):
+        C.fp16(0.5)
+    with pytest.raises(gradcomp.InvalidArgument, match="not key=value"):
+        gradcomp.compressor("topk:ratio")
+    # "topk" and "topk:ratio=0.01" load each other's state.
+    a, b = gradcomp.compressor("topk"), gradcomp.compressor("topk:ratio=0.01")
+    a.compress(torch.randn(1000), name="w", step=0)
+    b.load_state_dict(a.state_dict())
