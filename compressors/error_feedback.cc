@@ -166,6 +166,12 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
   for (const TensorSegment& segment : segments) states.push_back(&state_for(segment.name, segment.total, ctx.rank));
   // One named tensor carried whole works on its own state; anything else on a gathered copy.
   const bool whole = carried_whole(segments);
+  if (!whole && segments.size() == 1 && extra_state_buffers() == 0) {
+    // Part of one tensor (a scatter-reduce-allgather chunk): encode in place on its range of the tensor's state,
+    // no gather and scatter; only a gradient holding NaN/Inf takes the general path below (one read pass to know).
+    const std::size_t size = encode_slice(values, grad.dtype(), n, segments[0], *states[0], ctx, out);
+    if (size != kNotEncoded) return size;
+  }
   TensorState& work = whole ? *states[0] : gather_state(segments, states, ctx.name);
 
   EncodeArgs args;
@@ -221,6 +227,34 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
     if (segments[s].start == 0) ++states[s]->steps;  // once per step, also when a tensor is split into chunks
   }
   stats_.payload_bytes = size;
+  return size;
+}
+
+std::size_t ErrorFeedbackCompressor::encode_slice(const float* values, DType dtype, std::size_t n,
+                                                  const TensorSegment& segment, TensorState& state,
+                                                  const CompressContext& ctx, std::span<std::byte> out) {
+  std::size_t first_bad = n;
+  if (count_nonfinite(values, n, threads_, first_bad) > 0) return kNotEncoded;
+  work_.numel = n;
+  work_.buffers.assign(1, {});
+  const auto scalars = call_scalars_.find(ctx.name);
+  work_.scalars = scalars == call_scalars_.end() ? std::vector<double>{} : scalars->second;
+  EncodeArgs args;
+  args.grad = values;
+  args.residual = ef_ ? state.buffers[0].data() + segment.start : nullptr;  // updated in place
+  args.numel = n;
+  args.ctx = &ctx;
+  args.state = &work_;
+  args.tensor_key = kernels::fnv1a64(ctx.name.data(), ctx.name.size());
+  args.original_dtype = dtype;
+  args.threads = threads_;
+  std::size_t ignored = n;
+  args.first_nonfinite = &ignored;
+  const std::size_t size = encode(args, out, stats_);
+  stats_.nonfinite = 0;
+  stats_.payload_bytes = size;
+  call_scalars_.insert_or_assign(std::string(ctx.name), work_.scalars);
+  if (segment.start == 0) ++state.steps;
   return size;
 }
 

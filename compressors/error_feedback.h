@@ -133,6 +133,11 @@ class ErrorFeedbackCompressor : public Compressor {
   // CUDA builds: the host and device state of `name` (numel elements) on `device`, created (uploaded from the host
   // state when it has one) if missing, and ordered after its last writer on `stream` (a cudaStream_t).
   DeviceTensorState& device_state_for(std::string_view name, std::size_t numel, int device, void* stream, int rank);
+  // A call carrying part of one tensor (`segment`, no extra state buffers): when `values` hold no NaN/Inf, encodes
+  // in place on the segment's range of `state` and returns the payload size; else kNotEncoded and nothing changed.
+  static constexpr std::size_t kNotEncoded = ~std::size_t{0};
+  std::size_t encode_slice(const float* values, DType dtype, std::size_t n, const TensorSegment& segment,
+                           TensorState& state, const CompressContext& ctx, std::span<std::byte> out);
   // Throws InvalidArgument when `name` already has state of another size than `numel`.
   void check_state_size(std::string_view name, std::size_t numel, int rank) const;
   // The state of a call made of several segments (or part of one tensor), gathered into work_ from the segments'

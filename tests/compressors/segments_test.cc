@@ -115,6 +115,26 @@ TEST(Segments, RaiseNamesTheSegmentAndItsOwnIndex) {
                                                           [](float v) { return v == 0.0f; }));
 }
 
+// A chunk (part of one tensor) is encoded in place on its range; a NaN there still follows the policy, naming the
+// tensor's own index, and skip leaves the whole tensor's state as it was.
+TEST(Segments, AChunkWithANaNFollowsThePolicy) {
+  auto raising = make_compressor("qsgd");
+  auto grad = make_values(100, 4, false);
+  grad[10] = std::nanf("");
+  try {
+    compress_segments(*raising, grad, "w#chunk1", 0, {{"w", 0, 100, 300, 1000}});
+    FAIL() << "a NaN under nonfinite=raise must throw";
+  } catch (const InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find("index 310"), std::string::npos) << error.what();
+  }
+  auto skipping = make_compressor("qsgd:nonfinite=skip");
+  compress_segments(*skipping, make_values(100, 5, false), "w#chunk1", 0, {{"w", 0, 100, 300, 1000}});
+  const auto before = residual(*skipping, "w");
+  compress_segments(*skipping, grad, "w#chunk1", 1, {{"w", 0, 100, 300, 1000}});
+  EXPECT_TRUE(skipping->last_stats().skipped);
+  EXPECT_EQ(residual(*skipping, "w"), before);
+}
+
 // skip: the bad segment is sent as zeros and keeps its state; the good one takes its step, exactly as if it had been
 // compressed next to a zero tensor with no residual.
 TEST(Segments, SkipIsPerSegment) {
