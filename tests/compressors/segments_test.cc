@@ -97,6 +97,30 @@ TEST(Segments, StateFollowsTheNameAcrossGroupingsAndChunks) {
   }
 }
 
+// A repeated layout keeps its members' state in one block between calls (no gather, no scatter); reading a member
+// (state_of, save_state) or using it elsewhere refreshes it first. Either way the bits are those of a compressor that
+// is made to refresh after every call.
+TEST(Segments, RepeatedLayoutsGiveTheBitsOfRefreshedState) {
+  for (const char* spec : {"topk:ratio=0.05", "qsgd:bits=4", "dgc:ratio=0.02"}) {
+    auto cached = make_compressor(spec);
+    auto refreshed = make_compressor(spec);
+    const std::vector<TensorSegment> layout = {{"a", 0, 900, 0, 0}, {"b", 900, 1300, 0, 0}};
+    for (std::uint64_t step = 0; step < 4; ++step) {
+      const auto grad = make_values(2200, static_cast<unsigned>(10 + step), false);
+      const auto x = compress_segments(*cached, grad, "buf", step, layout);
+      const auto y = compress_segments(*refreshed, grad, "buf", step, layout);
+      ASSERT_EQ(x, y) << spec << " step " << step;
+      (void)state(*refreshed, "a");  // flushes a's newest values out of the block
+      if (step == 2) {
+        // b alone in between, on both: the block must give b up and take it back.
+        const auto alone = make_values(1300, 77, false);
+        ASSERT_EQ(compress(*cached, alone, "b", step), compress(*refreshed, alone, "b", step)) << spec;
+      }
+    }
+    EXPECT_EQ(cached->save_state(), refreshed->save_state()) << spec;
+  }
+}
+
 TEST(Segments, RaiseNamesTheSegmentAndItsOwnIndex) {
   auto c = make_compressor("qsgd");
   auto grad = make_values(300, 1, false);
