@@ -3,6 +3,7 @@ optimizer's torch backend, every rank raises gradcomp.InvalidArgument naming ran
 raised "RuntimeError: Unable to cast <message> to Tensor", and a Python codec against a C++ one hung until gloo
 aborted the process); the agreement is checked once per layout (one 16-byte fingerprint allgather per bucket layout
 and owner, none after), and a bucket whose segments differ with the same names and total size is caught too."""
+import gc
 import os
 
 import pytest
@@ -100,6 +101,11 @@ def _hook_worker(rank, url):
         hook(state, _Bucket(torch.randn(1000), [torch.zeros(n) for n in sizes])).wait()
     _assert_names_both_sides(err.value, "param0:300, param1:700", "param0:700, param1:300")
     hvd.shutdown()
+    # The group is this test's own: destroy it while Python is alive. Left to interpreter exit, gloo's worker thread
+    # frees the last views of gradcomp's buffers during finalization, and their deleters (which take the GIL) then
+    # abort the process ("terminate called without an active exception", about one run in three).
+    gc.collect()  # the DDP models dropped above go while their group is alive (helpers.release's rule)
+    torch.distributed.destroy_process_group()
 
 
 def test_hook_disagreeing_ranks_raise_on_every_rank():
