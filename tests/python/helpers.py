@@ -181,3 +181,22 @@ def release(*ddps):
     del ddps
     gc.collect()
     dist.barrier()
+
+
+class FakeBucket:
+    """The parts of DDP's GradBucket the gradcomp hook reads: a flat buffer and the parameters laid out in it."""
+
+    def __init__(self, buffer, params):
+        self._buffer, self._params = buffer, params
+
+    def buffer(self):
+        return self._buffer
+
+    def parameters(self):
+        return self._params
+
+    def is_last(self):
+        return True
+
+    def index(self):
+        return 0

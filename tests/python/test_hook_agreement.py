@@ -19,23 +19,6 @@ import helpers
 WORLD = 2
 
 
-class _Bucket:
-    def __init__(self, buffer, params):
-        self._buffer, self._params = buffer, params
-
-    def buffer(self):
-        return self._buffer
-
-    def parameters(self):
-        return self._params
-
-    def is_last(self):
-        return True
-
-    def index(self):
-        return 0
-
-
 def _count_fingerprints():
     """Counts this rank's agreement checks: allgathers of 16 bytes on the default group's adapter."""
     adapter = _torch_comm.exchange_for(None).comm.adapter
@@ -98,7 +81,7 @@ def _hook_worker(rank, url):
     sizes = (300, 700) if rank == 0 else (700, 300)
     state, hook = hvd.ddp_comm_hook("topk:ratio=0.1")
     with pytest.raises(gradcomp.InvalidArgument) as err:
-        hook(state, _Bucket(torch.randn(1000), [torch.zeros(n) for n in sizes])).wait()
+        hook(state, helpers.FakeBucket(torch.randn(1000), [torch.zeros(n) for n in sizes])).wait()
     _assert_names_both_sides(err.value, "param0:300, param1:700", "param0:700, param1:300")
     hvd.shutdown()
     # The group is this test's own: destroy it while Python is alive. Left to interpreter exit, gloo's worker thread

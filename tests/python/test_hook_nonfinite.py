@@ -19,25 +19,6 @@ WORLD, STEPS, BAD_STEP, BAD_RANK, BAD = 2, 5, 2, 1, 1
 SIZES = (1500, 700, 2600)  # param0, param1, param2: one bucket; param1 gets the NaN
 
 
-class _Bucket:
-    """The parts of DDP's GradBucket the hook reads."""
-
-    def __init__(self, buffer, params):
-        self._buffer, self._params = buffer, params
-
-    def buffer(self):
-        return self._buffer
-
-    def parameters(self):
-        return self._params
-
-    def is_last(self):
-        return True
-
-    def index(self):
-        return 0
-
-
 def _gradient(rank, step, t):
     return torch.randn(SIZES[t], generator=torch.Generator().manual_seed(1000 * rank + 10 * step + t))
 
@@ -56,7 +37,7 @@ def _train(spec, dirt, rank):
             else:
                 grads[BAD][17] = math.nan
                 grads[BAD][400] = math.inf
-        out = hook(state, _Bucket(torch.cat(grads), params)).wait()
+        out = hook(state, helpers.FakeBucket(torch.cat(grads), params)).wait()
         results.append(out.clone())
     return results
 
@@ -99,7 +80,7 @@ def _worker(rank, url):
     bad = 0 if rank == 0 else 2
     grads[bad][5] = math.nan
     with pytest.raises(gradcomp.InvalidArgument) as err:
-        hook(state, _Bucket(torch.cat(grads), params)).wait()
+        hook(state, helpers.FakeBucket(torch.cat(grads), params)).wait()
     assert f"param{bad}" in str(err.value) and f"rank {rank}" in str(err.value), str(err.value)
     dist.barrier()
     dist.destroy_process_group()
