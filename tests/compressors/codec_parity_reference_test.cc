@@ -261,13 +261,7 @@ TEST(ReferenceSizes, DgcTakesTheSampledPathAtTheLargestSize) {
   EXPECT_GE(dgc_specs, 2u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, Reference, ::testing::ValuesIn(parity::specs()), [](const auto& info) {
-  std::string name = info.param;
-  for (char& c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return name;
-});
+INSTANTIATE_TEST_SUITE_P(Codecs, Reference, ::testing::ValuesIn(parity::specs()), parity::test_name);
 
 // Coverage.EveryBuiltinCodecHasACudaPath probes the registry; its CPU half: every registered codec is in the parity
 // list, so the GPU comparison reaches it.

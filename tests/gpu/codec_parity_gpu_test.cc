@@ -237,13 +237,7 @@ TEST_P(Parity, StateRoundTripsBetweenGpuAndCpu) {
   EXPECT_EQ(c, b) << GetParam();
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, Parity, ::testing::ValuesIn(parity::specs()), [](const auto& info) {
-  std::string name = info.param;
-  for (char& c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return name;
-});
+INSTANTIATE_TEST_SUITE_P(Codecs, Parity, ::testing::ValuesIn(parity::specs()), parity::test_name);
 
 // Every registered codec has a CUDA path (fails, listing the ones that do not, until all do).
 TEST(Coverage, EveryBuiltinCodecHasACudaPath) {

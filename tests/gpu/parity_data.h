@@ -4,6 +4,10 @@
 // data or invariants shows on any machine instead of waiting for a GPU). Header-only, no CUDA.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cctype>
+
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -108,6 +112,15 @@ inline float ef_tolerance(float residual_after, float sent, float v) {
   constexpr float eps = std::numeric_limits<float>::epsilon();
   return 2.0f * eps * (std::fabs(residual_after) + std::fabs(sent) + std::fabs(v)) +
          std::numeric_limits<float>::denorm_min();
+}
+
+// A gtest-safe name for a spec parameter ("topk:k=5,values=f16" -> "topk_k_5_values_f16").
+inline std::string test_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string name = info.param;
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return name;
 }
 
 }  // namespace gradcomp::parity
