@@ -8,6 +8,7 @@
 #include "compressors/fp16.h"
 #include "compressors/none.h"
 #include "compressors/onebit.h"
+#include "compressors/powersgd.h"
 #include "compressors/qsgd.h"
 #include "compressors/randomk.h"
 #include "compressors/terngrad.h"
@@ -28,7 +29,7 @@ namespace gradcomp {
 namespace {
 using payload::CodecId;
 
-const std::array<CodecRow, 10> kRows = {{
+const std::array<CodecRow, 11> kRows = {{
     {CodecId::kNone, "none", &none_compressor_info, GRADCOMP_CUDA_BACKEND(make_dense_cuda_codec), ""},
     {CodecId::kFp16, "fp16", &fp16_compressor_info, GRADCOMP_CUDA_BACKEND(make_dense_cuda_codec), ""},
     {CodecId::kBf16, "bf16", &bf16_compressor_info, GRADCOMP_CUDA_BACKEND(make_dense_cuda_codec), ""},
@@ -40,6 +41,8 @@ const std::array<CodecRow, 10> kRows = {{
     {CodecId::kBlockTopK, "blocktopk", &blocktopk_compressor_info, GRADCOMP_CUDA_BACKEND(make_sparse_cuda_codec),
      "ratio"},
     {CodecId::kDgc, "dgc", &dgc_compressor_info, GRADCOMP_CUDA_BACKEND(make_sparse_cuda_codec), "ratio"},
+    // PowerSGD has no CudaCodec: its device path is LowRankOps on CUDA (compressors/lowrank_ops_cuda.cc).
+    {CodecId::kPowerSgd, "powersgd", &powersgd_compressor_info, nullptr, "rank"},
 }};
 
 }  // namespace

@@ -16,15 +16,6 @@
 namespace gradcomp {
 namespace {
 
-constexpr std::uint32_t kStateMagic = 0x54534347u;  // "GCST"
-constexpr std::uint16_t kStateVersion = 1;
-
-NonFinitePolicy parse_policy(const std::string& text) {
-  if (text == "skip") return NonFinitePolicy::kSkip;
-  if (text == "pass") return NonFinitePolicy::kPass;
-  return NonFinitePolicy::kRaise;
-}
-
 // Counts non-finite values; `first` receives the smallest such index (n when none).
 std::size_t count_nonfinite(const float* values, std::size_t n, int threads, std::size_t& first) {
   const std::size_t chunks = (n + kernels::kParallelChunk - 1) / kernels::kParallelChunk;
@@ -82,6 +73,12 @@ std::vector<ParamSpec> lossless_common_params() {
                     "NaN/Inf in a gradient: raise naming the tensor, skip (send zeros), or pass through"}};
 }
 
+NonFinitePolicy parse_nonfinite_policy(const std::string& text) {
+  if (text == "skip") return NonFinitePolicy::kSkip;
+  if (text == "pass") return NonFinitePolicy::kPass;
+  return NonFinitePolicy::kRaise;
+}
+
 std::vector<ParamSpec> lossy_common_params() {
   auto params = lossless_common_params();
   params.insert(params.begin(), ParamSpec{"ef", ParamSpec::Kind::kBool, "on", 0, 0, false, {},
@@ -97,7 +94,7 @@ ErrorFeedbackCompressor::ErrorFeedbackCompressor(std::string name, payload::Code
       param_specs_(std::move(param_specs)),
       params_(std::move(params)) {
   ef_ = params_.has("ef") && params_.get_bool("ef");
-  nonfinite_ = params_.has("nonfinite") ? parse_policy(params_.get_string("nonfinite")) : NonFinitePolicy::kRaise;
+  nonfinite_ = params_.has("nonfinite") ? parse_nonfinite_policy(params_.get_string("nonfinite")) : NonFinitePolicy::kRaise;
 }
 
 ErrorFeedbackCompressor::~ErrorFeedbackCompressor() = default;
@@ -390,43 +387,29 @@ void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::byte>, const 
 std::vector<std::byte> ErrorFeedbackCompressor::save_state() const {
   sync_to_host({}, /*drop_device=*/false);
   ByteWriter writer;
-  writer.put<std::uint32_t>(kStateMagic);
-  writer.put<std::uint16_t>(kStateVersion);
-  writer.put_string(name_);
-  writer.put<std::uint64_t>(states_.size());
+  write_state_envelope(writer, name_, states_.size());
   for (const auto& [tensor, state] : states_) {
-    writer.put_string(tensor);
-    writer.put<std::uint64_t>(state.numel);
-    writer.put<std::uint64_t>(state.steps);
-    writer.put<std::uint64_t>(state.buffers.size());
-    for (const auto& buffer : state.buffers) writer.put_array<float>(buffer);
-    writer.put_array<double>(state.scalars);
+    write_state_record(writer, tensor, state.numel, state.steps, state.buffers, state.scalars);
   }
   return writer.take();
 }
 
 void ErrorFeedbackCompressor::load_state(std::span<const std::byte> bytes) {
   ByteReader reader(bytes, fmt::format("'{}' compressor state", name_));
-  const auto magic = reader.get<std::uint32_t>();
-  GRADCOMP_CHECK_AS(CorruptPayload, magic == kStateMagic, "corrupt compressor state: bad magic {:#010x}", magic);
-  const auto version = reader.get<std::uint16_t>();
-  GRADCOMP_CHECK_AS(CorruptPayload, version == kStateVersion, "compressor state version {} is not supported (reads {})",
-                    version, kStateVersion);
-  const std::string codec = reader.get_string();
-  GRADCOMP_CHECK(codec == name_, "cannot load state of compressor '{}' into compressor '{}'", codec, name_);
-  const auto count = reader.get<std::uint64_t>();
+  const auto count = read_state_envelope(reader, name_);
   std::map<std::string, TensorState, std::less<>> loaded;
   for (std::uint64_t t = 0; t < count; ++t) {
-    std::string tensor = reader.get_string();
+    StateRecord record = read_state_record(reader);
+    const std::string& tensor = record.name;
     TensorState state;
-    state.numel = reader.get<std::uint64_t>();
-    state.steps = reader.get<std::uint64_t>();
-    const auto buffers = reader.get<std::uint64_t>();
+    state.numel = record.numel;
+    state.steps = record.steps;
+    const std::size_t buffers = record.buffers.size();
     GRADCOMP_CHECK(buffers == 1 + extra_state_buffers(),
                    "state of tensor '{}' has {} buffers; compressor '{}' keeps {}", tensor, buffers, name_,
                    1 + extra_state_buffers());
-    for (std::uint64_t b = 0; b < buffers; ++b) {
-      state.buffers.push_back(reader.get_array<float>());
+    state.buffers = std::move(record.buffers);
+    for (std::size_t b = 0; b < buffers; ++b) {
       const std::size_t expected = (b == 0 && !ef_) ? 0 : state.numel;
       if (b == 0 && ef_ && state.buffers[0].empty()) state.buffers[0].assign(state.numel, 0.0f);  // saved with ef=off
       if (b == 0 && !ef_) state.buffers[0].clear();  // ef=off now: the residual is dropped
@@ -434,8 +417,8 @@ void ErrorFeedbackCompressor::load_state(std::span<const std::byte> bytes) {
                      "state of tensor '{}' buffer {} has {} values, expected {}", tensor, b, state.buffers[b].size(),
                      expected);
     }
-    state.scalars = reader.get_array<double>();
-    loaded.emplace(std::move(tensor), std::move(state));
+    state.scalars = std::move(record.scalars);
+    loaded.emplace(std::move(record.name), std::move(state));
   }
   GRADCOMP_CHECK_AS(CorruptPayload, reader.at_end(), "corrupt compressor state: {} trailing bytes", reader.remaining());
   drop_device_states();

@@ -28,6 +28,9 @@ enum class NonFinitePolicy {
   kPass,   // compress as given; residual entries that become non-finite are reset to zero
 };
 
+// "raise", "skip" or "pass" (as validated by the nonfinite parameter) to its policy.
+NonFinitePolicy parse_nonfinite_policy(const std::string& text);
+
 // Parameters every lossy codec accepts: ef=on|off, nonfinite=raise|skip|pass.
 std::vector<ParamSpec> lossy_common_params();
 // Only nonfinite=... (for lossless codecs).

@@ -31,6 +31,7 @@ enum class CodecId : std::uint16_t {
   kRandomK = 8,
   kBlockTopK = 9,
   kDgc = 10,
+  kPowerSgd = 11,
   kCustom = 100,
 };
 

@@ -10,7 +10,7 @@ GRADCOMP_VENV=${GRADCOMP_VENV:-$GRADCOMP_ROOT/.venv}
 gradcomp_debian_packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
-  libopenmpi-dev openmpi-bin
+  libopenmpi-dev openmpi-bin libopenblas-dev
   python3 python3-dev python3-venv python3-pip python3-numpy python3-pytest python3-matplotlib python3-torch
   dataset-fashion-mnist iproute2
 )

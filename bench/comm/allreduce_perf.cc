@@ -224,12 +224,7 @@ std::vector<float> reference(const std::string& spec, AllreduceAlgorithm algorit
 }
 
 AllreduceAlgorithm resolve(const Compressor& codec, AllreduceAlgorithm requested) {
-  if (requested != AllreduceAlgorithm::kAuto) return requested;
-  const auto traits = codec.traits();
-  if (traits.summable) return AllreduceAlgorithm::kDense;
-  if (traits.gatherable) return AllreduceAlgorithm::kSparseAllreduce;
-  if (traits.requantizable) return AllreduceAlgorithm::kScatterReduceAllgather;
-  return AllreduceAlgorithm::kAllgather;
+  return resolve_algorithm(codec.traits(), requested);
 }
 
 float max_over_ranks(Communicator& comm, float value) {

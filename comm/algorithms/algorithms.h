@@ -40,6 +40,8 @@ void run_allgather(Call& call);
 void run_sparse(Call& call);
 // scatter-reduce-allgather over `size` chunks with requantization by the chunk owner.
 void run_scatter_reduce_allgather(Call& call);
+// rounds codecs only (PowerSGD): the codec's RoundReduction, each round's f32 contribution summed by one allreduce.
+void run_rounds(Call& call);
 
 // Throws InvalidArgument on every rank unless all ranks call with the same (name, numel, dtype, spec, algorithm, op,
 // hierarchical). One allgather of a 24-byte fingerprint; a second exchange of the descriptions on mismatch.

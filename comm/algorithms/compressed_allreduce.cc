@@ -17,17 +17,28 @@ std::string_view algorithm_name(AllreduceAlgorithm algorithm) {
     case AllreduceAlgorithm::kAllgather: return "allgather";
     case AllreduceAlgorithm::kSparseAllreduce: return "sparse";
     case AllreduceAlgorithm::kScatterReduceAllgather: return "sra";
+    case AllreduceAlgorithm::kRounds: return "rounds";
   }
   return "unknown";
 }
 
 AllreduceAlgorithm parse_algorithm(std::string_view name) {
   for (auto algorithm : {AllreduceAlgorithm::kAuto, AllreduceAlgorithm::kDense, AllreduceAlgorithm::kAllgather,
-                         AllreduceAlgorithm::kSparseAllreduce, AllreduceAlgorithm::kScatterReduceAllgather}) {
+                         AllreduceAlgorithm::kSparseAllreduce, AllreduceAlgorithm::kScatterReduceAllgather,
+                         AllreduceAlgorithm::kRounds}) {
     if (algorithm_name(algorithm) == name) return algorithm;
   }
-  throw InvalidArgument(fmt::format("unknown allreduce algorithm '{}' (valid: auto, dense, allgather, sparse, sra)",
-                                    name));
+  throw InvalidArgument(fmt::format(
+      "unknown allreduce algorithm '{}' (valid: auto, dense, allgather, sparse, sra, rounds)", name));
+}
+
+AllreduceAlgorithm resolve_algorithm(const CompressorTraits& traits, AllreduceAlgorithm requested) {
+  if (requested != AllreduceAlgorithm::kAuto) return requested;
+  if (traits.summable) return AllreduceAlgorithm::kDense;
+  if (traits.gatherable) return AllreduceAlgorithm::kSparseAllreduce;
+  if (traits.requantizable) return AllreduceAlgorithm::kScatterReduceAllgather;
+  if (traits.rounds) return AllreduceAlgorithm::kRounds;
+  return AllreduceAlgorithm::kAllgather;
 }
 
 NodeGroups make_node_groups(Communicator& world) {
@@ -45,23 +56,16 @@ NodeGroups make_node_groups(Communicator& world) {
 
 namespace {
 
-AllreduceAlgorithm choose(const CompressorTraits& traits, AllreduceAlgorithm requested) {
-  if (requested != AllreduceAlgorithm::kAuto) return requested;
-  if (traits.summable) return AllreduceAlgorithm::kDense;
-  if (traits.gatherable) return AllreduceAlgorithm::kSparseAllreduce;
-  if (traits.requantizable) return AllreduceAlgorithm::kScatterReduceAllgather;
-  return AllreduceAlgorithm::kAllgather;
-}
-
 void run_flat(Communicator& comm, algorithms::MemorySpace& space, Compressor& compressor, const TensorView& tensor,
               std::string_view name, const AllreduceOptions& options, AllreduceStats& stats) {
-  stats.algorithm = choose(compressor.traits(), options.algorithm);
+  stats.algorithm = resolve_algorithm(compressor.traits(), options.algorithm);
   algorithms::Call call{comm, space, compressor, tensor, name, options, stats};
   switch (stats.algorithm) {
     case AllreduceAlgorithm::kDense: algorithms::run_dense(call); break;
     case AllreduceAlgorithm::kAllgather: algorithms::run_allgather(call); break;
     case AllreduceAlgorithm::kSparseAllreduce: algorithms::run_sparse(call); break;
     case AllreduceAlgorithm::kScatterReduceAllgather: algorithms::run_scatter_reduce_allgather(call); break;
+    case AllreduceAlgorithm::kRounds: algorithms::run_rounds(call); break;
     case AllreduceAlgorithm::kAuto: GRADCOMP_ASSERT(false, "unresolved algorithm");
   }
 }
@@ -80,7 +84,7 @@ void run_hierarchical(Communicator& comm, algorithms::MemorySpace& space, Compre
   const std::size_t numel = tensor.numel();
   algorithms::Bytes work_bytes = space.allocate(numel * sizeof(float));
   auto* work = reinterpret_cast<float*>(work_bytes.data());
-  const TensorView work_view = space.view(work, numel, DType::kF32);
+  const TensorView work_view = space.view(work, numel, DType::kF32).with_rows(tensor.rows());
   space.load_f32(tensor, work);
   {
     algorithms::Stopwatch watch(stats.communicate_s);
@@ -99,7 +103,7 @@ void run_hierarchical(Communicator& comm, algorithms::MemorySpace& space, Compre
     inner.verify = false;  // the world agreed already
     run_flat(*groups->leaders, space, compressor, work_view, name, inner, stats);
   } else {
-    stats.algorithm = choose(compressor.traits(), options.algorithm);
+    stats.algorithm = resolve_algorithm(compressor.traits(), options.algorithm);
   }
   {
     algorithms::Stopwatch watch(stats.communicate_s);

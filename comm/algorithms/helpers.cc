@@ -27,14 +27,15 @@ Bytes compress_part(Call& call, const TensorView& part, std::string_view name, f
 std::vector<TensorSegment> segments_in(const Call& call, std::size_t begin, std::size_t count) {
   const std::size_t end = begin + count;
   if (call.options.segments.empty()) {
-    return {TensorSegment{call.name, 0, count, begin, call.tensor.numel()}};
+    return {TensorSegment{call.name, 0, count, begin, call.tensor.numel(), call.tensor.rows()}};
   }
   std::vector<TensorSegment> cut;
   for (const TensorSegment& segment : call.options.segments) {
     const std::size_t total = segment.total ? segment.total : segment.numel;
     const std::size_t lo = std::max(begin, segment.offset), hi = std::min(end, segment.offset + segment.numel);
     if (lo >= hi) continue;
-    cut.push_back(TensorSegment{segment.name, lo - begin, hi - lo, segment.start + (lo - segment.offset), total});
+    cut.push_back(
+        TensorSegment{segment.name, lo - begin, hi - lo, segment.start + (lo - segment.offset), total, segment.rows});
   }
   return cut;
 }

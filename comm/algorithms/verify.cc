@@ -27,10 +27,17 @@ static_assert(sizeof(Fingerprint) == 24);
 
 void verify_agreement(Communicator& comm, const Compressor& compressor, const TensorView& tensor, std::string_view name,
                       const AllreduceOptions& options) {
-  const std::string description =
+  std::string description =
       fmt::format("name='{}' numel={} dtype={} spec='{}' algorithm={} op={}{}", name, tensor.numel(),
                   dtype_name(tensor.dtype()), compressor.spec(), algorithm_name(options.algorithm),
                   reduce_op_name(options.op), options.hierarchical ? " hierarchical" : "");
+  if (compressor.traits().rounds) {
+    // Shape-aware codecs size their rounds by the matrices' rows: ranks must agree on them too.
+    if (options.segments.empty()) description += fmt::format(" rows={}", tensor.rows());
+    for (const TensorSegment& segment : options.segments) {
+      description += fmt::format(" {}:{}x{}", segment.name, segment.rows, segment.numel);
+    }
+  }
   Fingerprint mine;
   mine.hash = kernels::fnv1a64(description.data(), description.size());
   mine.numel = tensor.numel();

@@ -13,12 +13,15 @@
 
 namespace gradcomp {
 
-enum class AllreduceAlgorithm { kAuto, kDense, kAllgather, kSparseAllreduce, kScatterReduceAllgather };
+enum class AllreduceAlgorithm { kAuto, kDense, kAllgather, kSparseAllreduce, kScatterReduceAllgather, kRounds };
 
-// "auto", "dense", "allgather", "sparse", "sra".
+// "auto", "dense", "allgather", "sparse", "sra", "rounds".
 std::string_view algorithm_name(AllreduceAlgorithm algorithm);
 // Inverse of algorithm_name; throws InvalidArgument listing the valid names.
 AllreduceAlgorithm parse_algorithm(std::string_view name);
+// `requested`, or for kAuto the algorithm the traits call for: summable -> dense, gatherable -> sparse allreduce,
+// requantizable -> scatter-reduce-allgather, rounds -> rounds, anything else -> allgather.
+AllreduceAlgorithm resolve_algorithm(const CompressorTraits& traits, AllreduceAlgorithm requested);
 
 // The two levels of a hierarchical allreduce, built once by make_node_groups() and reused across calls.
 struct NodeGroups {
@@ -33,8 +36,9 @@ NodeGroups make_node_groups(Communicator& world);
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::kAverage;  // kSum or kAverage
   // kAuto picks from the traits: summable -> dense, gatherable -> sparse allreduce (switching to dense past the
-  // break-even density), requantizable -> scatter-reduce-allgather, anything else -> allgather. kDense needs a
-  // summable codec; the other algorithms work with any codec.
+  // break-even density), requantizable -> scatter-reduce-allgather, rounds -> rounds, anything else -> allgather.
+  // kDense needs a summable codec and kRounds a rounds codec; the other algorithms work with any codec that can
+  // compress the whole tensor (PowerSGD cannot compress the chunks of sra).
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
   std::uint64_t step = 0;
   // Agree on (name, numel, dtype, spec, algorithm, op) before moving data (one small allgather). Turn off only when

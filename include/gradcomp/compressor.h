@@ -23,6 +23,9 @@ struct CompressorTraits {
   bool gatherable = false;
   // Chunks may be decompressed, summed and compressed again (scatter-reduce-allgather: QSGD, TernGrad, 1-bit).
   bool requantizable = false;
+  // Aggregated in summable rounds with local computation between them (PowerSGD: the P round, then the Q round).
+  // compressed_allreduce's rounds algorithm drives Compressor::begin_rounds(); allgather works too.
+  bool rounds = false;
   // Compression loses information (error feedback applies).
   bool lossy = false;
   // Element type of a summable body.
@@ -40,6 +43,9 @@ struct TensorSegment {
   std::size_t numel = 0;       // elements of the named tensor carried here
   std::size_t start = 0;       // where they begin inside the named tensor (a chunk may carry a part of it)
   std::size_t total = 0;       // the named tensor's full element count; 0 means numel (carried whole)
+  // The named tensor's first dimension when it has two or more (a matrix of rows x total/rows, PyTorch's view of a
+  // weight for PowerSGD); 0 for a vector. Only shape-aware codecs read it.
+  std::size_t rows = 0;
 };
 
 // Per-call information. Must be identical on every rank for the same tensor and step (random streams depend on it).
@@ -68,6 +74,23 @@ struct CompressStats {
   std::size_t saturated = 0;    // values clamped to the wire type's range (fp16)
   std::size_t nonfinite = 0;    // NaN/Inf found in the input
   bool skipped = false;         // the step was skipped by the non-finite policy
+};
+
+// One reduction in summable rounds (CompressorTraits::rounds), begun by Compressor::begin_rounds() on every rank.
+// The driver (compressed_allreduce's rounds algorithm) loops: span = next_round(); if empty, stop; sum the span
+// elementwise over the ranks in place (f32); then calls finish(). The spans are memory of the tensor's device, and
+// the work producing them is ordered on the tensor's stream: synchronize it before a communicator reads them.
+class RoundReduction {
+ public:
+  virtual ~RoundReduction() = default;
+  // The local contribution of the next round (after reading the previous round's sums from the span handed out
+  // last), or an empty span when every round is done.
+  virtual std::span<float> next_round() = 0;
+  // Writes the result into the tensor given to begin_rounds() (the sum over ranks, or the average when
+  // `average`) and commits the compressor's state (residuals, factors, steps). Call once, after the last round.
+  virtual void finish(bool average) = 0;
+  // Payload-equivalent bytes this rank contributed over all rounds (for stats).
+  virtual std::size_t sent_bytes() const = 0;
 };
 
 // Whether decompress() overwrites its output or adds to it.
@@ -113,6 +136,11 @@ class Compressor {
 
   // Statistics of the last compress() call.
   virtual CompressStats last_stats() const = 0;
+
+  // Codecs with traits().rounds: begins a reduction of `tensor` (read now; written by finish()) under `ctx`, whose
+  // world_size must be the number of ranks summing the rounds. Validation and the non-finite policy apply here,
+  // before any state changes. Others throw InvalidArgument.
+  virtual std::unique_ptr<RoundReduction> begin_rounds(const TensorView& tensor, const CompressContext& ctx);
 };
 
 // Host convenience: compresses a CPU tensor into a new buffer of exactly the payload's size.

@@ -64,8 +64,14 @@ class TensorView {
   template <typename T>
   T* data_as() const;
 
-  // The sub-view [offset, offset + count). Throws InvalidArgument when out of range.
+  // The sub-view [offset, offset + count) (a vector: rows() 0). Throws InvalidArgument when out of range.
   TensorView slice(std::size_t offset, std::size_t count) const;
+
+  // The first dimension of the tensor this views when it has two or more (rows x numel/rows, the matrix a
+  // shape-aware codec such as PowerSGD compresses); 0 for a vector (the default).
+  std::size_t rows() const { return rows_; }
+  // This view with rows() = `rows`. Throws InvalidArgument unless rows is 0 or divides numel().
+  TensorView with_rows(std::size_t rows) const;
 
   // Throws InvalidArgument naming `what` unless this view has `dtype` and `numel` elements.
   void expect(DType dtype, std::size_t numel, std::string_view what) const;
@@ -79,6 +85,7 @@ class TensorView {
   DType dtype_ = DType::kF32;
   Device device_{};
   void* stream_ = nullptr;
+  std::size_t rows_ = 0;
 };
 
 namespace detail {

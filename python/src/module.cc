@@ -74,6 +74,7 @@ nb::dict traits_dict(const CompressorTraits& t) {
   d["summable"] = t.summable;
   d["gatherable"] = t.gatherable;
   d["requantizable"] = t.requantizable;
+  d["rounds"] = t.rounds;
   d["lossy"] = t.lossy;
   d["wire_dtype"] = std::string(dtype_name(t.wire_dtype));
   return d;

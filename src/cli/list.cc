@@ -42,9 +42,9 @@ int run_list(std::vector<std::string> raw) {
     for (std::size_t i = 0; i < infos.size(); ++i) {
       const auto& info = infos[i];
       fmt::print("{}{{\"name\": {}, \"summary\": {}, \"traits\": {{\"summable\": {}, \"gatherable\": {}, "
-                 "\"requantizable\": {}, \"lossy\": {}}}, \"params\": [",
+                 "\"requantizable\": {}, \"rounds\": {}, \"lossy\": {}}}, \"params\": [",
                  i ? ", " : "", json_string(info.name), json_string(info.summary), info.traits.summable,
-                 info.traits.gatherable, info.traits.requantizable, info.traits.lossy);
+                 info.traits.gatherable, info.traits.requantizable, info.traits.rounds, info.traits.lossy);
       for (std::size_t p = 0; p < info.params.size(); ++p) {
         const auto& param = info.params[p];
         fmt::print("{}{{\"name\": {}, \"kind\": {}, \"type\": {}, \"default\": {}, \"help\": {}}}", p ? ", " : "",

@@ -13,8 +13,15 @@ std::string describe_traits(const CompressorTraits& traits) {
   if (traits.summable) parts.push_back(fmt::format("summable({})", dtype_name(traits.wire_dtype)));
   if (traits.gatherable) parts.emplace_back("gatherable");
   if (traits.requantizable) parts.emplace_back("requantizable");
+  if (traits.rounds) parts.emplace_back("rounds");
   parts.emplace_back(traits.lossy ? "lossy" : "lossless");
   return fmt::format("{}", fmt::join(parts, ","));
+}
+
+std::unique_ptr<RoundReduction> Compressor::begin_rounds(const TensorView& tensor, const CompressContext& ctx) {
+  (void)tensor;
+  throw InvalidArgument(fmt::format("compressor '{}' is not reduced in rounds (traits: {}); tensor '{}' on rank {}",
+                                    spec(), describe_traits(traits()), ctx.name, ctx.rank));
 }
 
 std::vector<std::byte> compress_to_vector(Compressor& compressor, const TensorView& grad, const CompressContext& ctx) {

@@ -56,6 +56,14 @@ TensorView TensorView::slice(std::size_t offset, std::size_t count) const {
                     device_, stream_);
 }
 
+TensorView TensorView::with_rows(std::size_t rows) const {
+  GRADCOMP_CHECK(rows == 0 || numel_ % rows == 0, "{} cannot be viewed as a matrix of {} rows ({} is not a multiple)",
+                 describe(), rows, numel_);
+  TensorView view = *this;
+  view.rows_ = rows;
+  return view;
+}
+
 void TensorView::expect(DType dtype, std::size_t numel, std::string_view what) const {
   GRADCOMP_CHECK(dtype_ == dtype && numel_ == numel, "{} must be {}[{}], got {}", what, dtype_name(dtype), numel,
                  describe());

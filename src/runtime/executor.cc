@@ -273,7 +273,7 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
       if (on_device && t.stream() != tensors[0].stream()) algorithms::cuda_space(t)->synchronize();
       space.copy(static_cast<std::byte*>(buffer.data()) + group.offsets[m] * elem, t.data(), t.bytes());
     }
-    segments_.push_back(TensorSegment{members[m]->name, group.offsets[m], t.numel(), 0, t.numel()});
+    segments_.push_back(TensorSegment{members[m]->name, group.offsets[m], t.numel(), 0, t.numel(), t.rows()});
   }
   auto copy_end = Clock::now();
   record.copy_in_s = std::chrono::duration<double>(copy_end - copy_start).count();

@@ -130,13 +130,7 @@ inline AllreduceStats check_allreduce(Communicator& comm, const std::string& spe
   auto compressor = make_compressor(spec);
   auto twin = make_compressor(spec);
   const CompressorTraits traits = compressor->traits();
-  AllreduceAlgorithm resolved = algorithm;
-  if (resolved == AllreduceAlgorithm::kAuto) {
-    resolved = traits.summable        ? AllreduceAlgorithm::kDense
-               : traits.gatherable    ? AllreduceAlgorithm::kSparseAllreduce
-               : traits.requantizable ? AllreduceAlgorithm::kScatterReduceAllgather
-                                      : AllreduceAlgorithm::kAllgather;
-  }
+  const AllreduceAlgorithm resolved = resolve_algorithm(traits, algorithm);
   const std::string name = fmt::format("grad.{}", numel);
   AllreduceStats stats;
   for (int step = 0; step < steps; ++step) {

@@ -1,0 +1,190 @@
+// LowRankOps in host memory: plain loops (chunked over threads where they stream a whole gradient) and the BLAS's
+// cblas_sgemm (OpenBLAS from Debian, found by CMake's FindBLAS). The CBLAS entry point is declared here with its
+// C ABI so the build needs no particular cblas.h.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "compressors/lowrank_ops.h"
+#include "gradcomp/error.h"
+#include "kernels/cpu_parallel.h"
+#include "kernels/half_ops.cuh"
+#include "kernels/philox_ops.cuh"
+
+extern "C" void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
+                            int lda, const float* b, int ldb, float beta, float* c, int ldc);
+
+namespace gradcomp {
+namespace {
+
+constexpr int kCblasRowMajor = 101;
+constexpr int kCblasNoTrans = 111;
+constexpr int kCblasTrans = 112;
+
+int blas_int(std::size_t value, const char* what) {
+  GRADCOMP_CHECK(value <= static_cast<std::size_t>(std::numeric_limits<int>::max()),
+                 "powersgd: matrix {} {} exceeds the BLAS's 32-bit index range", what, value);
+  return static_cast<int>(value);
+}
+
+void release_host(float* data) { delete[] data; }
+
+class HostLowRankOps final : public LowRankOps {
+ public:
+  explicit HostLowRankOps(int threads) : threads_(threads) {}
+
+  int device() const override { return -1; }
+
+  FloatBuffer allocate(std::size_t n) override {
+    if (n == 0) return {};
+    return FloatBuffer(new float[n], n, &release_host);
+  }
+  void copy(float* dst, const float* src, std::size_t n) override {
+    if (n) std::memcpy(dst, src, n * sizeof(float));
+  }
+  void fill_zero(float* dst, std::size_t n) override {
+    if (n) std::memset(dst, 0, n * sizeof(float));
+  }
+  void upload(float* dst, const float* host, std::size_t n) override { copy(dst, host, n); }
+  void download(float* host, const float* src, std::size_t n) override { copy(host, src, n); }
+
+  void load_f32(const TensorView& in, std::size_t offset, std::size_t n, float* out) override {
+    const auto* base = static_cast<const std::byte*>(in.data()) + offset * dtype_size(in.dtype());
+    switch (in.dtype()) {
+      case DType::kF32: copy(out, reinterpret_cast<const float*>(base), n); return;
+      case DType::kF16: {
+        const auto* bits = reinterpret_cast<const std::uint16_t*>(base);
+        chunked(n, [&](std::size_t i) { out[i] = kernels::half_bits_to_float(bits[i]); });
+        return;
+      }
+      case DType::kBF16: {
+        const auto* bits = reinterpret_cast<const std::uint16_t*>(base);
+        chunked(n, [&](std::size_t i) { out[i] = kernels::bf16_bits_to_float(bits[i]); });
+        return;
+      }
+      default: throw InvalidArgument(fmt::format("powersgd: cannot read {}", in.describe()));
+    }
+  }
+
+  void store_f32(const float* values, float s, const TensorView& out, std::size_t offset, std::size_t n,
+                 bool accumulate) override {
+    auto* base = static_cast<std::byte*>(out.data()) + offset * dtype_size(out.dtype());
+    switch (out.dtype()) {
+      case DType::kF32: {
+        auto* dst = reinterpret_cast<float*>(base);
+        if (accumulate) {
+          chunked(n, [&](std::size_t i) { dst[i] += s * values[i]; });
+        } else if (s == 1.0f) {
+          if (dst != values) copy(dst, values, n);
+        } else {
+          chunked(n, [&](std::size_t i) { dst[i] = s * values[i]; });
+        }
+        return;
+      }
+      case DType::kF16: {
+        auto* dst = reinterpret_cast<std::uint16_t*>(base);
+        chunked(n, [&](std::size_t i) {
+          const float v = s * values[i];
+          dst[i] = kernels::float_to_half_bits(accumulate ? kernels::half_bits_to_float(dst[i]) + v : v);
+        });
+        return;
+      }
+      case DType::kBF16: {
+        auto* dst = reinterpret_cast<std::uint16_t*>(base);
+        chunked(n, [&](std::size_t i) {
+          const float v = s * values[i];
+          dst[i] = kernels::float_to_bf16_bits(accumulate ? kernels::bf16_bits_to_float(dst[i]) + v : v);
+        });
+        return;
+      }
+      default: throw InvalidArgument(fmt::format("powersgd: cannot write {}", out.describe()));
+    }
+  }
+
+  void add(float* y, const float* x, std::size_t n) override {
+    chunked(n, [&](std::size_t i) { y[i] += x[i]; });
+  }
+  void scale(float* x, std::size_t n, float s) override {
+    if (s == 1.0f) return;
+    chunked(n, [&](std::size_t i) { x[i] *= s; });
+  }
+
+  void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
+            std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) override {
+    if (m == 0 || n == 0) return;
+    if (k == 0) {  // the BLAS leaves C alone when k is 0, beta included: apply it here
+      for (std::size_t i = 0; i < m; ++i) {
+        for (std::size_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+      }
+      return;
+    }
+    cblas_sgemm(kCblasRowMajor, trans_a ? kCblasTrans : kCblasNoTrans, trans_b ? kCblasTrans : kCblasNoTrans,
+                blas_int(m, "rows"), blas_int(n, "columns"), blas_int(k, "inner dimension"), alpha, a,
+                blas_int(lda, "leading dimension"), b, blas_int(ldb, "leading dimension"), beta, c,
+                blas_int(ldc, "leading dimension"));
+  }
+
+  void orthonormalize_rows(float* v, std::size_t rows, std::size_t cols, float eps) override {
+    for (std::size_t j = 0; j < rows; ++j) {
+      float* row = v + j * cols;
+      for (std::size_t i = 0; i < j; ++i) {
+        const float* prior = v + i * cols;
+        const float projection = static_cast<float>(dot(prior, row, cols));
+        for (std::size_t e = 0; e < cols; ++e) row[e] -= projection * prior[e];
+      }
+      const float norm = static_cast<float>(std::sqrt(dot(row, row, cols)));
+      const float divisor = norm + eps;
+      if (divisor == 0.0f) {
+        fill_zero(row, cols);
+      } else {
+        for (std::size_t e = 0; e < cols; ++e) row[e] /= divisor;
+      }
+    }
+  }
+
+  std::size_t count_nonfinite(const float* x, std::size_t n, std::size_t& first) override {
+    std::size_t count = 0;
+    first = n;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!std::isfinite(x[i])) {
+        if (count++ == 0) first = i;
+      }
+    }
+    return count;
+  }
+  void zero_nonfinite(float* x, std::size_t n) override {
+    chunked(n, [&](std::size_t i) {
+      if (!std::isfinite(x[i])) x[i] = 0.0f;
+    });
+  }
+  void fill_random(float* x, std::size_t n, std::uint64_t seed, std::uint64_t key, std::uint64_t step) override {
+    const auto stream = kernels::PhiloxStream::make(seed, key, step);
+    for (std::size_t i = 0; i < n; ++i) x[i] = kernels::uniform01(stream.bits(i)) - 0.5f;
+  }
+
+  void synchronize() override {}
+
+ private:
+  // Sum of a[i] * b[i] in double (the order is fixed: results do not depend on threads).
+  static double dot(const float* a, const float* b, std::size_t n) {
+    double sum = 0.0;
+    for (std::size_t i = 0; i < n; ++i) sum += static_cast<double>(a[i]) * static_cast<double>(b[i]);
+    return sum;
+  }
+  template <typename Fn>
+  void chunked(std::size_t n, Fn&& fn) {
+    kernels::parallel_chunks(n, kernels::kParallelChunk, threads_, [&](std::size_t, std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) fn(i);
+    });
+  }
+
+  int threads_;
+};
+
+}  // namespace
+
+std::unique_ptr<LowRankOps> host_lowrank_ops(int threads) { return std::make_unique<HostLowRankOps>(threads); }
+
+}  // namespace gradcomp

@@ -1,0 +1,116 @@
+// Internals of the powersgd codec (compressors/powersgd.h): its parameters, per-tensor state, and the one step that
+// both compressed_allreduce's rounds algorithm (PowerSgdReduction) and the one-rank compress() run.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compressors/error_feedback.h"
+#include "compressors/lowrank_ops.h"
+#include "gradcomp/compressor.h"
+#include "gradcomp/registry.h"
+
+namespace gradcomp::powersgd {
+
+struct Options {
+  std::size_t rank = 1;
+  bool warm_start = true;
+  std::uint64_t start_step = 0;
+  double min_compression_rate = 2.0;
+  float orth_eps = 0.0f;
+  std::uint64_t seed = 0;
+  bool ef = true;
+  NonFinitePolicy nonfinite = NonFinitePolicy::kRaise;
+};
+
+// One tensor's state, in the memory space of the last call that used it (host, or one CUDA device).
+struct TensorState {
+  std::uint64_t numel = 0;
+  std::uint64_t rows = 0;
+  std::uint64_t steps = 0;
+  int device = -1;         // -1: host
+  FloatBuffer residual;    // numel values (ef=on and compressed at least once)
+  FloatBuffer spare;       // numel values: M = G + residual is built here; swapped with residual on commit
+  FloatBuffer q;           // rank x cols: Q^T, the warm start
+  bool q_valid = false;    // q holds the last step's averaged Q (else it is drawn afresh)
+};
+
+using StateMap = std::map<std::string, TensorState, std::less<>>;
+
+// How one tensor (a segment of the call) travels.
+struct Block {
+  std::string name;
+  std::size_t offset = 0;  // in the call's tensor
+  std::size_t numel = 0;
+  std::size_t rows = 0, cols = 0;
+  std::size_t rank = 0;     // 0: uncompressed (its values ride in the first round)
+  bool skipped = false;     // nonfinite=skip found NaN/Inf: contributes zeros, state untouched
+  bool nonfinite = false;   // NaN/Inf present (nonfinite=pass)
+  TensorState* state = nullptr;  // compressed blocks only
+  const float* grad = nullptr;   // f32 values of the block (the tensor's own memory when it is f32)
+  float* matrix = nullptr;       // M (compressed blocks)
+  std::size_t p_offset = 0;      // compressed: P^T (rank x rows) in round one; uncompressed: the values there
+  std::size_t q_offset = 0;      // compressed: Q^T (rank x cols) in round two
+};
+
+// Per-space scratch of one codec instance, grown to the largest call and reused.
+struct Scratch {
+  FloatBuffer round1, round2, values;
+};
+
+// One step over a tensor made of blocks: build, then round one (P and the uncompressed values), round two (Q),
+// then write the result and commit the state. Used by the rounds algorithm with world_size ranks, and by
+// compress() with one.
+class Step {
+ public:
+  // Plans the blocks of `tensor` (segments of ctx, or the whole tensor under ctx.name with tensor.rows()), finds or
+  // creates their state, scans for NaN/Inf (raise throws here, before any state changes) and computes round one.
+  Step(const Options& options, StateMap& states, Scratch& scratch, LowRankOps& ops, const TensorView& tensor,
+       const CompressContext& ctx);
+
+  std::span<float> round1() { return {round1_, round1_size_}; }
+  std::span<float> round2() { return {round2_, round2_size_}; }
+  bool has_round2() const { return round2_size_ > 0; }
+  // After round one was summed: orthonormalize each P and compute Q^T = P^T M into round two.
+  void compute_round2();
+  // After round two was summed: Q is averaged over world_size; writes P Q^T (times world_size unless `average`)
+  // and the uncompressed values (divided by world_size when `average`) into the tensor.
+  void write_result(bool average);
+  // The factors (P^T, Q^T of each compressed block) and uncompressed values, for the one-rank payload.
+  const std::vector<Block>& blocks() const { return blocks_; }
+  // Residual = M - P Q_avg^T, Q kept for the warm start, steps counted. Call once, after the last round.
+  void commit();
+  std::size_t sent_floats() const { return round1_size_ + round2_size_; }
+
+ private:
+  void plan(const TensorView& tensor, const CompressContext& ctx);
+  void prepare_state(Block& block, int rank);
+  void scan(const CompressContext& ctx);
+  void build_round1();
+  void average_q();
+
+  const Options& options_;
+  StateMap& states_;
+  Scratch& scratch_;
+  LowRankOps& ops_;
+  TensorView tensor_;
+  std::uint64_t step_ = 0;
+  std::uint64_t seed_key_ = 0;
+  int world_size_ = 1;
+  bool compress_ = true;  // false before start_step
+  std::vector<Block> blocks_;
+  float* round1_ = nullptr;
+  float* round2_ = nullptr;
+  std::size_t round1_size_ = 0, round2_size_ = 0;
+  bool averaged_q_ = false;
+};
+
+// The rank a block of rows x cols gets (0: uncompressed), or throws InvalidArgument naming `name` when it would be
+// compressed with options.rank >= min(rows, cols).
+std::size_t block_rank(const Options& options, std::string_view name, std::size_t rows, std::size_t cols, int rank);
+
+}  // namespace gradcomp::powersgd

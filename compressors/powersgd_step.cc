@@ -1,0 +1,281 @@
+// One PowerSGD step over the blocks of a tensor, written once against LowRankOps (host BLAS or CUDA/cuBLAS).
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "compressors/powersgd_codec.h"
+#include "gradcomp/error.h"
+#include "kernels/philox_ops.cuh"
+
+namespace gradcomp::powersgd {
+namespace {
+
+std::uint64_t key_of(std::string_view name) { return kernels::fnv1a64(name.data(), name.size()); }
+
+// Grow-only scratch: `buffer` holds at least n floats afterwards (old contents lost when it grows).
+float* reserve(LowRankOps& ops, FloatBuffer& buffer, std::size_t n) {
+  if (buffer.size() < n) buffer = ops.allocate(n);
+  return buffer.data();
+}
+
+// The state's buffers moved into the space of `target` (through host memory) when they live elsewhere.
+void relocate(TensorState& state, LowRankOps& target) {
+  if (state.device == target.device()) return;
+  auto source = state.device < 0 ? host_lowrank_ops(1)
+                                 : cuda_lowrank_ops(TensorView(nullptr, 0, DType::kF32, Device::cuda(state.device)));
+  for (FloatBuffer* buffer : {&state.residual, &state.q}) {
+    if (buffer->empty()) continue;
+    std::vector<float> host(buffer->size());
+    source->download(host.data(), buffer->data(), host.size());
+    FloatBuffer moved = target.allocate(host.size());
+    target.upload(moved.data(), host.data(), host.size());
+    *buffer = std::move(moved);
+  }
+  state.spare = FloatBuffer();
+  state.device = target.device();
+}
+
+}  // namespace
+
+std::size_t block_rank(const Options& options, std::string_view name, std::size_t rows, std::size_t cols, int rank) {
+  if (rows == 0 || cols == 0) return 0;
+  const std::size_t r = options.rank;
+  const double compressed = static_cast<double>(r) * static_cast<double>(rows + cols);
+  const double dense = static_cast<double>(rows) * static_cast<double>(cols);
+  if (!(compressed * options.min_compression_rate < dense)) return 0;
+  GRADCOMP_CHECK(r < std::min(rows, cols),
+                 "powersgd: rank {} is not below min(rows, cols) of tensor '{}' ({}x{}) on rank {}: use a smaller "
+                 "rank, or min_compression_rate >= 1 so that such tensors travel uncompressed",
+                 r, name, rows, cols, rank);
+  return r;
+}
+
+Step::Step(const Options& options, StateMap& states, Scratch& scratch, LowRankOps& ops, const TensorView& tensor,
+           const CompressContext& ctx)
+    : options_(options), states_(states), scratch_(scratch), ops_(ops), tensor_(tensor) {
+  GRADCOMP_CHECK(!ctx.name.empty(), "powersgd: the tensor name must not be empty (rank {})", ctx.rank);
+  GRADCOMP_CHECK(ctx.world_size >= 1, "powersgd('{}'): world_size must be >= 1, got {}", ctx.name, ctx.world_size);
+  GRADCOMP_CHECK(tensor.dtype() == DType::kF32 || tensor.dtype() == DType::kF16 || tensor.dtype() == DType::kBF16,
+                 "powersgd('{}'): tensor must be f32, f16 or bf16, got {} on rank {}", ctx.name, tensor.describe(),
+                 ctx.rank);
+  step_ = ctx.step;
+  seed_key_ = options.seed;
+  world_size_ = ctx.world_size;
+  compress_ = ctx.step >= options.start_step;
+  plan(tensor, ctx);
+  scan(ctx);
+  for (Block& block : blocks_) {
+    if (block.rank > 0) prepare_state(block, ctx.rank);
+  }
+  build_round1();
+}
+
+void Step::plan(const TensorView& tensor, const CompressContext& ctx) {
+  std::vector<TensorSegment> whole;
+  std::span<const TensorSegment> segments = ctx.segments;
+  if (segments.empty()) {
+    whole.push_back(TensorSegment{ctx.name, 0, tensor.numel(), 0, tensor.numel(), tensor.rows()});
+    segments = whole;
+  }
+  const float* values = nullptr;
+  if (tensor.dtype() == DType::kF32) {
+    values = static_cast<const float*>(tensor.data());
+  } else {
+    float* converted = reserve(ops_, scratch_.values, tensor.numel());
+    ops_.load_f32(tensor, 0, tensor.numel(), converted);
+    values = converted;
+  }
+  std::size_t next = 0;
+  for (const TensorSegment& segment : segments) {
+    GRADCOMP_CHECK(segment.offset == next && segment.offset + segment.numel <= tensor.numel(),
+                   "powersgd('{}'): segment '{}' at [{}, {}) does not continue the segments before it within {} "
+                   "elements",
+                   ctx.name, segment.name, segment.offset, segment.offset + segment.numel, tensor.numel());
+    const std::size_t total = segment.total == 0 ? segment.numel : segment.total;
+    // Vectors travel uncompressed, so a part of one is fine; a matrix must come whole.
+    GRADCOMP_CHECK(segment.rows == 0 || (segment.start == 0 && total == segment.numel),
+                   "powersgd compresses whole matrices, but tensor '{}' arrives as elements [{}, {}) of {} on rank {} "
+                   "(a chunked algorithm such as sra: use auto, rounds or allgather)",
+                   segment.name, segment.start, segment.start + segment.numel, total, ctx.rank);
+    GRADCOMP_CHECK(segment.rows == 0 || segment.numel % segment.rows == 0,
+                   "powersgd: tensor '{}' has {} elements, not a multiple of its {} rows (rank {})", segment.name,
+                   segment.numel, segment.rows, ctx.rank);
+    next = segment.offset + segment.numel;
+    Block block;
+    block.name = std::string(segment.name);
+    block.offset = segment.offset;
+    block.numel = segment.numel;
+    block.rows = segment.rows;
+    block.cols = segment.rows == 0 ? 0 : segment.numel / segment.rows;
+    block.rank = compress_ ? block_rank(options_, block.name, block.rows, block.cols, ctx.rank) : 0;
+    block.grad = values + segment.offset;
+    if (block.rank > 0) {
+      auto found = states_.find(block.name);
+      if (found != states_.end() && found->second.numel != 0) {
+        const TensorState& state = found->second;
+        GRADCOMP_CHECK(state.numel == block.numel && state.rows == block.rows,
+                       "powersgd: tensor '{}' is {}x{} on rank {}, but its state was kept for {} elements in {} rows",
+                       block.name, block.rows, block.cols, ctx.rank, state.numel, state.rows);
+      }
+    }
+    blocks_.push_back(std::move(block));
+  }
+  GRADCOMP_CHECK(next == tensor.numel(), "powersgd('{}'): the segments cover {} elements but the tensor has {}",
+                 ctx.name, next, tensor.numel());
+}
+
+void Step::scan(const CompressContext& ctx) {
+  for (Block& block : blocks_) {
+    std::size_t first = 0;
+    const std::size_t count = ops_.count_nonfinite(block.grad, block.numel, first);
+    if (count == 0) continue;
+    if (options_.nonfinite == NonFinitePolicy::kRaise) {
+      float value = 0.0f;
+      ops_.download(&value, block.grad + first, 1);
+      throw InvalidArgument(fmt::format(
+          "powersgd: tensor '{}' holds {} non-finite value(s) on rank {} at step {} (first: element {} = {}); "
+          "nonfinite=raise (use nonfinite=skip or pass to go on)",
+          block.name, count, ctx.rank, ctx.step, first, value));
+    }
+    block.skipped = options_.nonfinite == NonFinitePolicy::kSkip;
+    block.nonfinite = true;
+  }
+}
+
+void Step::prepare_state(Block& block, int rank) {
+  (void)rank;
+  TensorState& state = states_[block.name];
+  relocate(state, ops_);
+  state.device = ops_.device();
+  state.numel = block.numel;
+  state.rows = block.rows;
+  block.state = &state;
+  const std::size_t q_size = block.rank * block.cols;
+  if (state.q.size() != q_size) {
+    state.q = ops_.allocate(q_size);
+    state.q_valid = false;
+  }
+  if (!options_.warm_start || !state.q_valid) {
+    // A fresh start: the same draw on every rank (keyed by the tensor name; by the step too without warm start).
+    ops_.fill_random(state.q.data(), q_size, seed_key_, key_of(block.name), options_.warm_start ? 0 : step_);
+  }
+  if (options_.ef) {
+    if (state.residual.size() != block.numel) {
+      state.residual = ops_.allocate(block.numel);
+      ops_.fill_zero(state.residual.data(), block.numel);
+    }
+    if (state.spare.size() != block.numel) state.spare = ops_.allocate(block.numel);
+  }
+}
+
+void Step::build_round1() {
+  std::size_t cursor = 0, cursor2 = 0;
+  for (Block& block : blocks_) {
+    if (block.rank == 0) continue;
+    block.p_offset = cursor;
+    cursor += block.rank * block.rows;
+    block.q_offset = cursor2;
+    cursor2 += block.rank * block.cols;
+  }
+  for (Block& block : blocks_) {
+    if (block.rank > 0) continue;
+    block.p_offset = cursor;
+    cursor += block.numel;
+  }
+  round1_size_ = cursor;
+  round2_size_ = cursor2;
+  round1_ = reserve(ops_, scratch_.round1, round1_size_);
+  round2_ = reserve(ops_, scratch_.round2, round2_size_);
+  for (Block& block : blocks_) {
+    float* p = round1_ + block.p_offset;
+    if (block.rank == 0) {
+      if (block.skipped) {
+        ops_.fill_zero(p, block.numel);
+      } else {
+        ops_.copy(p, block.grad, block.numel);
+      }
+      continue;
+    }
+    if (block.skipped) {
+      ops_.fill_zero(p, block.rank * block.rows);
+      continue;
+    }
+    if (options_.ef) {
+      ops_.copy(block.state->spare.data(), block.state->residual.data(), block.numel);
+      ops_.add(block.state->spare.data(), block.grad, block.numel);
+      block.matrix = block.state->spare.data();
+    } else {
+      block.matrix = const_cast<float*>(block.grad);
+    }
+    // P^T (rank x rows) = Q^T (rank x cols) * M^T.
+    ops_.gemm(false, true, block.rank, block.rows, block.cols, 1.0f, block.state->q.data(), block.cols, block.matrix,
+              block.cols, 0.0f, p, block.rows);
+  }
+}
+
+void Step::compute_round2() {
+  for (Block& block : blocks_) {
+    if (block.rank == 0) continue;
+    float* p = round1_ + block.p_offset;
+    float* q = round2_ + block.q_offset;
+    ops_.orthonormalize_rows(p, block.rank, block.rows, options_.orth_eps);
+    if (block.skipped) {
+      ops_.fill_zero(q, block.rank * block.cols);
+      continue;
+    }
+    // Q^T (rank x cols) = P^T (rank x rows) * M.
+    ops_.gemm(false, false, block.rank, block.cols, block.rows, 1.0f, p, block.rows, block.matrix, block.cols, 0.0f, q,
+              block.cols);
+  }
+}
+
+void Step::average_q() {
+  if (averaged_q_) return;
+  averaged_q_ = true;
+  ops_.scale(round2_, round2_size_, 1.0f / static_cast<float>(world_size_));
+}
+
+void Step::write_result(bool average) {
+  average_q();
+  const float n = static_cast<float>(world_size_);
+  for (Block& block : blocks_) {
+    if (block.rank == 0) {
+      ops_.store_f32(round1_ + block.p_offset, average ? 1.0f / n : 1.0f, tensor_, block.offset, block.numel, false);
+      continue;
+    }
+    // The tensor's own memory when it is f32, else the f32 values scratch (its block region is free by now).
+    float* out = tensor_.dtype() == DType::kF32 ? static_cast<float*>(tensor_.data()) + block.offset
+                                                : scratch_.values.data() + block.offset;
+    ops_.gemm(true, false, block.rows, block.cols, block.rank, average ? 1.0f : n, round1_ + block.p_offset,
+              block.rows, round2_ + block.q_offset, block.cols, 0.0f, out, block.cols);
+    if (tensor_.dtype() != DType::kF32) ops_.store_f32(out, 1.0f, tensor_, block.offset, block.numel, false);
+  }
+}
+
+void Step::commit() {
+  average_q();
+  for (Block& block : blocks_) {
+    if (block.rank == 0) continue;
+    TensorState& state = *block.state;
+    const float* q = round2_ + block.q_offset;
+    const std::size_t q_size = block.rank * block.cols;
+    if (options_.warm_start) {
+      // Every rank holds the same averaged Q; a non-finite one (nonfinite=pass) is drawn afresh next step.
+      std::size_t first = 0;
+      state.q_valid = ops_.count_nonfinite(q, q_size, first) == 0;
+      if (state.q_valid) ops_.copy(state.q.data(), q, q_size);
+    }
+    if (block.skipped) continue;
+    if (options_.ef) {
+      // residual = M - P Q_avg^T, built in place of M, then swapped in.
+      ops_.gemm(true, false, block.rows, block.cols, block.rank, -1.0f, round1_ + block.p_offset, block.rows, q,
+                block.cols, 1.0f, block.matrix, block.cols);
+      if (block.nonfinite) ops_.zero_nonfinite(block.matrix, block.numel);
+      std::swap(state.residual, state.spare);
+    }
+    ++state.steps;
+  }
+}
+
+}  // namespace gradcomp::powersgd
