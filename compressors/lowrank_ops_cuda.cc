@@ -1,0 +1,343 @@
+// LowRankOps on one CUDA device (compressors/lowrank_ops.h): kernels from kernels/lowrank_cuda.h and
+// kernels/common_cuda.h, and cuBLAS's sgemm, all enqueued on the stream of the tensor the ops were made for. Only
+// download(), count_nonfinite() and synchronize() wait for the device (and upload() from page-locked host memory,
+// so that the caller may reuse its buffer on return, as with the host ops).
+//
+// Per host thread and device: one cuBLAS handle (cublasSetStream on a handle shared between threads would race).
+// Per host thread, device and stream: one scratch block (cuBLAS's workspace, Gram-Schmidt's partial sums, the
+// NaN/Inf result), allocated on first use and kept until the thread exits, so no call allocates in steady state
+// and two streams never share a workspace (cuBLAS's own default workspace is shared by every stream of a handle).
+#include "gradcomp/config.h"
+
+#include "compressors/lowrank_ops.h"
+#include "gradcomp/error.h"
+
+#if GRADCOMP_WITH_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "kernels/common_cuda.h"
+#include "kernels/cuda_buffer.h"
+#include "kernels/cuda_check.h"
+#include "kernels/lowrank_cuda.h"
+#endif
+
+namespace gradcomp {
+
+#if GRADCOMP_WITH_CUDA
+namespace {
+
+// cuBLAS's workspace per stream (its guide asks for up to 32 MiB on Hopper for the largest products; PowerSGD's
+// products have one small dimension, the rank).
+constexpr std::size_t kCublasWorkspaceBytes = std::size_t{8} << 20;
+
+void check_cublas(cublasStatus_t status, const char* call) {
+  if (status != CUBLAS_STATUS_SUCCESS) [[unlikely]] {
+    throw CudaError(fmt::format("cuda_lowrank_ops: {} failed: {} ({})", call, cublasGetStatusName(status),
+                                cublasGetStatusString(status)));
+  }
+}
+#define GRADCOMP_CUBLAS_CHECK(expr) check_cublas((expr), #expr)
+
+// The scratch block of one (device, stream): [cuBLAS workspace | Gram-Schmidt workspace | NaN/Inf result].
+struct ScratchLayout {
+  std::size_t ortho_offset = kCublasWorkspaceBytes;
+  std::size_t nonfinite_offset = kCublasWorkspaceBytes + kernels::orthonormalize_workspace_bytes();
+  std::size_t bytes = nonfinite_offset + kernels::kNonfiniteResultBytes;
+};
+
+struct Scratch {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  std::byte* data = nullptr;
+};
+
+// Makes `device` current and restores the previous one, without throwing (for destructors).
+class QuietDeviceSwitch {
+ public:
+  explicit QuietDeviceSwitch(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) {
+      (void)cudaGetLastError();  // clear only the error this call caused
+    } else if (previous_ != device) {
+      switched_ = cudaSetDevice(device) == cudaSuccess;
+      if (!switched_) (void)cudaGetLastError();
+    }
+  }
+  ~QuietDeviceSwitch() {
+    if (switched_) (void)cudaSetDevice(previous_);
+  }
+  QuietDeviceSwitch(const QuietDeviceSwitch&) = delete;
+  QuietDeviceSwitch& operator=(const QuietDeviceSwitch&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
+// This thread's cuBLAS handles and scratch blocks. Freed when the thread exits (cudaFree waits for the device's
+// queued work, so work still running on a block finishes first).
+class ThreadResources {
+ public:
+  ThreadResources() = default;
+  ThreadResources(const ThreadResources&) = delete;
+  ThreadResources& operator=(const ThreadResources&) = delete;
+  ~ThreadResources() {
+    for (const auto& [device, handle] : handles_) {
+      const QuietDeviceSwitch on(device);
+      (void)cublasDestroy(handle);
+    }
+    for (const Scratch& scratch : scratch_) {
+      const QuietDeviceSwitch on(scratch.device);
+      if (cudaFree(scratch.data) != cudaSuccess) (void)cudaGetLastError();
+    }
+  }
+
+  // The handle of `device` (the current device).
+  cublasHandle_t handle(int device) {
+    for (const auto& [d, h] : handles_) {
+      if (d == device) return h;
+    }
+    cublasHandle_t handle = nullptr;
+    GRADCOMP_CUBLAS_CHECK(cublasCreate(&handle));
+    handles_.emplace_back(device, handle);
+    // Plain IEEE single precision (no TF32, no emulation) so products agree with the host BLAS within float
+    // rounding; no atomics, so a product gives the same bits on every run.
+    GRADCOMP_CUBLAS_CHECK(cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH));
+    GRADCOMP_CUBLAS_CHECK(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED));
+    GRADCOMP_CUBLAS_CHECK(cublasSetPointerMode(handle, CUBLAS_POINTER_MODE_HOST));
+    return handle;
+  }
+
+  // The scratch block of (`device`, `stream`) (the device current), ScratchLayout().bytes bytes.
+  std::byte* scratch(int device, cudaStream_t stream) {
+    for (const Scratch& s : scratch_) {
+      if (s.device == device && s.stream == stream) return s.data;
+    }
+    void* data = nullptr;
+    GRADCOMP_CUDA_CHECK(cudaMalloc(&data, ScratchLayout().bytes));
+    scratch_.push_back(Scratch{device, stream, static_cast<std::byte*>(data)});
+    return scratch_.back().data;
+  }
+
+ private:
+  std::vector<std::pair<int, cublasHandle_t>> handles_;
+  std::vector<Scratch> scratch_;
+};
+
+ThreadResources& thread_resources() {
+  thread_local ThreadResources resources;
+  return resources;
+}
+
+// FloatBuffer's release: cudaFree with the block's own device current (the buffer may die on another device's turn).
+void release_device_floats(float* data) {
+  // A failure here must not surface as the next launch's error: clear what these calls set, and only that.
+  cudaPointerAttributes attributes{};
+  if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (cudaFree(data) != cudaSuccess) (void)cudaGetLastError();
+    return;
+  }
+  const QuietDeviceSwitch on(attributes.device);
+  if (cudaFree(data) != cudaSuccess) (void)cudaGetLastError();
+}
+
+int blas_int(std::size_t value, const char* what) {
+  GRADCOMP_CHECK(value <= static_cast<std::size_t>(INT_MAX),
+                 "cuda_lowrank_ops: gemm {} {} exceeds cuBLAS's 32-bit index range", what, value);
+  return static_cast<int>(value);
+}
+
+class CudaLowRankOps final : public LowRankOps {
+ public:
+  explicit CudaLowRankOps(const TensorView& tensor)
+      : device_(tensor.device().index), stream_(static_cast<cudaStream_t>(tensor.stream())) {}
+
+  int device() const override { return device_; }
+
+  FloatBuffer allocate(std::size_t n) override {
+    if (n == 0) return {};
+    const kernels::DeviceGuard guard(device_);
+    void* data = nullptr;
+    GRADCOMP_CUDA_CHECK(cudaMalloc(&data, n * sizeof(float)));
+    return FloatBuffer(static_cast<float*>(data), n, &release_device_floats);
+  }
+
+  void copy(float* dst, const float* src, std::size_t n) override {
+    if (n == 0 || dst == src) return;
+    const kernels::DeviceGuard guard(device_);
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+  }
+
+  void fill_zero(float* dst, std::size_t n) override {
+    if (n == 0) return;
+    const kernels::DeviceGuard guard(device_);
+    GRADCOMP_CUDA_CHECK(cudaMemsetAsync(dst, 0, n * sizeof(float), stream_));
+  }
+
+  void upload(float* dst, const float* host, std::size_t n) override {
+    if (n == 0) return;
+    const kernels::DeviceGuard guard(device_);
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dst, host, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
+    // From pageable memory the driver has staged the bytes when the call returns; from page-locked memory the copy
+    // is truly asynchronous, and the caller may reuse `host` as soon as upload returns: wait for it.
+    cudaPointerAttributes attributes{};
+    GRADCOMP_CUDA_CHECK(cudaPointerGetAttributes(&attributes, host));
+    if (attributes.type != cudaMemoryTypeUnregistered) GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void download(float* host, const float* src, std::size_t n) override {
+    if (n == 0) return;
+    const kernels::DeviceGuard guard(device_);
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  void load_f32(const TensorView& in, std::size_t offset, std::size_t n, float* out) override {
+    check_view(in, offset, n, "load_f32 from");
+    if (n == 0) return;
+    const kernels::DeviceGuard guard(device_);
+    const auto* base = static_cast<const std::byte*>(in.data()) + offset * dtype_size(in.dtype());
+    if (in.dtype() == DType::kF32) {
+      GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(out, base, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+    } else {
+      kernels::launch_half_to_float(reinterpret_cast<const std::uint16_t*>(base), out, n,
+                                    in.dtype() == DType::kBF16, stream_);
+    }
+  }
+
+  void store_f32(const float* values, float s, const TensorView& out, std::size_t offset, std::size_t n,
+                 bool accumulate) override {
+    check_view(out, offset, n, "store_f32 into");
+    if (n == 0) return;
+    const kernels::DeviceGuard guard(device_);
+    auto* base = static_cast<std::byte*>(out.data()) + offset * dtype_size(out.dtype());
+    if (out.dtype() == DType::kF32 && !accumulate && s == 1.0f) {  // a copy, as on the host (NaN payloads included)
+      if (reinterpret_cast<const float*>(base) != values) {
+        GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(base, values, n * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+      }
+      return;
+    }
+    const auto dtype = out.dtype() == DType::kF32   ? kernels::LowRankDType::kF32
+                       : out.dtype() == DType::kF16 ? kernels::LowRankDType::kF16
+                                                    : kernels::LowRankDType::kBF16;
+    kernels::launch_lowrank_store(values, s, base, dtype, n, accumulate, stream_);
+  }
+
+  void add(float* y, const float* x, std::size_t n) override {
+    if (n == 0) return;
+    const kernels::DeviceGuard guard(device_);
+    kernels::launch_lowrank_add(y, x, n, stream_);
+  }
+
+  void scale(float* x, std::size_t n, float s) override {
+    if (n == 0 || s == 1.0f) return;  // as on the host: scaling by 1 leaves every bit alone
+    const kernels::DeviceGuard guard(device_);
+    kernels::launch_lowrank_scale(x, n, s, stream_);
+  }
+
+  // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: cuBLAS sees each row-major matrix as its
+  // transpose, so B goes first, and each operand keeps its own transpose flag.
+  void gemm(bool trans_a, bool trans_b, std::size_t m, std::size_t n, std::size_t k, float alpha, const float* a,
+            std::size_t lda, const float* b, std::size_t ldb, float beta, float* c, std::size_t ldc) override {
+    if (m == 0 || n == 0) return;
+    GRADCOMP_CHECK(ldc >= n, "cuda_lowrank_ops: gemm ldc {} < n {}", ldc, n);
+    const kernels::DeviceGuard guard(device_);
+    if (k == 0) {  // C = beta C, beta = 0 ignoring C's old contents (as the host ops do)
+      kernels::launch_lowrank_scale_matrix(c, m, n, ldc, beta, stream_);
+      return;
+    }
+    const std::size_t a_cols = trans_a ? m : k, b_cols = trans_b ? k : n;
+    GRADCOMP_CHECK(lda >= a_cols, "cuda_lowrank_ops: gemm lda {} < {} (the columns of {}A)", lda, a_cols,
+                   trans_a ? "transposed " : "");
+    GRADCOMP_CHECK(ldb >= b_cols, "cuda_lowrank_ops: gemm ldb {} < {} (the columns of {}B)", ldb, b_cols,
+                   trans_b ? "transposed " : "");
+    const int im = blas_int(m, "rows"), in = blas_int(n, "columns"), ik = blas_int(k, "inner dimension");
+    const int ilda = blas_int(lda, "leading dimension"), ildb = blas_int(ldb, "leading dimension"),
+              ildc = blas_int(ldc, "leading dimension");
+    ThreadResources& resources = thread_resources();
+    cublasHandle_t handle = resources.handle(device_);
+    std::byte* scratch = resources.scratch(device_, stream_);
+    GRADCOMP_CUBLAS_CHECK(cublasSetStream(handle, stream_));
+    // After cublasSetStream (which resets it): this stream's own workspace.
+    GRADCOMP_CUBLAS_CHECK(cublasSetWorkspace(handle, scratch, kCublasWorkspaceBytes));
+    GRADCOMP_CUBLAS_CHECK(cublasSgemm(handle, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                      in, im, ik, &alpha, b, ildb, a, ilda, &beta, c, ildc));
+  }
+
+  void orthonormalize_rows(float* v, std::size_t rows, std::size_t cols, float eps) override {
+    if (rows == 0 || cols == 0) return;
+    const kernels::DeviceGuard guard(device_);
+    std::byte* scratch = thread_resources().scratch(device_, stream_);
+    kernels::launch_orthonormalize_rows(v, rows, cols, eps, scratch + ScratchLayout().ortho_offset, stream_);
+  }
+
+  std::size_t count_nonfinite(const float* x, std::size_t n, std::size_t& first) override {
+    first = n;
+    if (n == 0) return 0;
+    const kernels::DeviceGuard guard(device_);
+    auto* result = reinterpret_cast<unsigned long long*>(thread_resources().scratch(device_, stream_) +
+                                                         ScratchLayout().nonfinite_offset);
+    kernels::launch_find_nonfinite(x, n, result, stream_);
+    unsigned long long host[2] = {0, 0};
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(host, result, sizeof(host), cudaMemcpyDeviceToHost, stream_));
+    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (host[0] != 0) first = static_cast<std::size_t>(host[1]);
+    return static_cast<std::size_t>(host[0]);
+  }
+
+  void zero_nonfinite(float* x, std::size_t n) override {
+    if (n == 0) return;
+    const kernels::DeviceGuard guard(device_);
+    kernels::launch_zero_nonfinite(x, n, stream_);
+  }
+
+  void fill_random(float* x, std::size_t n, std::uint64_t seed, std::uint64_t key, std::uint64_t step) override {
+    if (n == 0) return;
+    const kernels::DeviceGuard guard(device_);
+    kernels::launch_lowrank_fill_random(x, n, seed, key, step, stream_);
+  }
+
+  void synchronize() override {
+    const kernels::DeviceGuard guard(device_);
+    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+ private:
+  // `view` must be an f32/f16/bf16 tensor on this device holding [offset, offset + n).
+  void check_view(const TensorView& view, std::size_t offset, std::size_t n, const char* what) const {
+    GRADCOMP_CHECK(view.device() == Device::cuda(device_), "cuda_lowrank_ops: {} {}: not on cuda:{}", what,
+                   view.describe(), device_);
+    GRADCOMP_CHECK(view.dtype() == DType::kF32 || view.dtype() == DType::kF16 || view.dtype() == DType::kBF16,
+                   "cuda_lowrank_ops: {} {}: only f32, f16 and bf16 tensors", what, view.describe());
+    GRADCOMP_CHECK(offset <= view.numel() && n <= view.numel() - offset,
+                   "cuda_lowrank_ops: {} {}: elements [{}, {}) out of range", what, view.describe(), offset,
+                   offset + n);
+  }
+
+  int device_;
+  cudaStream_t stream_;
+};
+
+}  // namespace
+
+std::unique_ptr<LowRankOps> cuda_lowrank_ops(const TensorView& tensor) {
+  GRADCOMP_CHECK(tensor.device().is_cuda(), "cuda_lowrank_ops: {} is not a CUDA tensor", tensor.describe());
+  return std::make_unique<CudaLowRankOps>(tensor);
+}
+#undef GRADCOMP_CUBLAS_CHECK
+#else
+std::unique_ptr<LowRankOps> cuda_lowrank_ops(const TensorView& tensor) {
+  throw InvalidArgument(fmt::format(
+      "cuda_lowrank_ops({}): the CUDA low-rank kernels need a CUDA build (gradcomp was built without CUDA)",
+      tensor.describe()));
+}
+#endif
+
+}  // namespace gradcomp
