@@ -192,7 +192,7 @@ class PythonCompressor:
         `world` for op="average" (before the sum, so a float16 payload cannot overflow where the average would not),
         summed in place by `allreduce_sum(payload)` (the backend's communicator) and decoded into the part with the
         local ctx."""
-        for name, offset, numel in parts:
+        for name, offset, numel, *_ in parts:
             part = tensor[offset:offset + numel]
             payload, ctx = self.compress(part, name=name)
             payload = payload.contiguous()

@@ -61,13 +61,14 @@ class HookState:
 
 
 def bucket_segments(state, bucket):
-    """(flat buffer, [(parameter name, offset, numel)]) of a DDP GradBucket."""
+    """(flat buffer, [(parameter name, offset, numel, rows)]) of a DDP GradBucket; rows is the parameter's first
+    dimension when it has two or more (the matrix a shape-aware codec such as powersgd compresses), else 0."""
     buffer = bucket.buffer() if hasattr(bucket, "buffer") else bucket.get_tensor()
     params = bucket.parameters() if hasattr(bucket, "parameters") else bucket.get_model_params_for_bucket()
     segments = []
     offset = 0
     for p in params:
-        segments.append((state.name_of(p), offset, p.numel()))
+        segments.append((state.name_of(p), offset, p.numel(), p.shape[0] if p.dim() >= 2 else 0))
         offset += p.numel()
     if offset != buffer.numel():
         raise Error(f"gradcomp DDP hook: bucket {bucket.index()} holds {buffer.numel()} elements but its parameters "
@@ -78,7 +79,7 @@ def bucket_segments(state, bucket):
 def bucket_name(segments):
     """Name of a bucket's exchange, from the parameters it carries (identical on every rank and after a restart;
     DDP's rebuilt buckets get their own): keys the codec's random streams."""
-    names = [n for n, _, _ in segments]
+    names = [segment[0] for segment in segments]
     digest = hashlib.sha1("\0".join(names).encode()).hexdigest()[:8]
     return f"ddp[{names[0]}..{names[-1]}#{digest}]" if len(names) > 1 else f"ddp[{names[0]}]"
 

@@ -246,7 +246,8 @@ def allreduce_async(compressor, tensor, name, step, op="average", segments=None,
                     stats=None, hierarchical=False):
     """Averages (op="average") or sums `tensor` (contiguous, 1-D, float32/16 or bfloat16) in place over `group` with
     `compressor` (a gradcomp Compressor or Python codec), off the caller's thread. `segments`: None or
-    [(name, offset, numel)], the named tensors `tensor` is made of (error feedback is kept per name). Returns a torch
+    [(name, offset, numel)] or [(name, offset, numel, rows)], the named tensors `tensor` is made of (error feedback is
+    kept per name; rows: the tensor's first dimension when it is a matrix, for shape-aware codecs such as powersgd). Returns a torch
     Future whose value is `result`; when `stats` is a dict it receives the AllreduceStats (algorithm,
     switched_to_dense, bytes, seconds) before the future completes. hierarchical: dense float32 sum inside each node
     (GRADCOMP_LOCAL_SIZE ranks per node), compressed allreduce between the node leaders; the group must span the
@@ -271,7 +272,7 @@ def exchange_layout(compressor, tensor, name, op, parts, hierarchical):
     check (python/src/agreement.h)."""
     kind = "python" if compressor.is_python else "c++"
     dtype = str(tensor.dtype).replace("torch.", "")
-    segs = ", ".join(f"{n}:{k}" for n, _, k in parts)
+    segs = ", ".join(f"{s[0]}:{s[2]}" + (f"/{s[3]}rows" if len(s) > 3 and s[3] else "") for s in parts)
     description = (f"name='{name}' codec={kind} spec='{compressor.spec}' dtype={dtype} numel={tensor.numel()} "
                    f"op={op}{' hierarchical' if hierarchical else ''} segments=[{segs}]")
     return compressor.agreement_scope, hashlib.blake2b(description.encode(), digest_size=16).digest(), description

@@ -235,8 +235,17 @@ def allreduce(tensor, average=None, name=None, op=None, compression=None):
                 out.div_(_ctx.size)
         return out
     c = compressor(compression)
-    _Backend.get().allreduce(c, name or "allreduce", out.view(-1), 0, op).wait()
+    _Backend.get().allreduce(c, name or "allreduce", _exchange_view(out, c), 0, op).wait()
     return out
+
+
+def _exchange_view(tensor, comp):
+    """A contiguous `tensor` as the C++ codecs take it: a matrix of its first dimension's rows when it has two or
+    more dimensions (shape-aware codecs such as powersgd compress that matrix), else flat. Python codecs get it
+    flat."""
+    if tensor.dim() >= 2 and not comp.is_python and tensor.numel() > 0:
+        return tensor.view(tensor.shape[0], -1)
+    return tensor.view(-1)
 
 
 def allreduce_(tensor, average=None, name=None, op=None):
@@ -465,8 +474,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             grad.div_(self._backward_passes_per_step)
         if not grad.is_contiguous():
             p.grad = grad = grad.contiguous()
-        return _Backend.get().allreduce(self._compressor, self._names[id(p)], grad.view(-1), self._step_count_gc,
-                                        self._op)
+        return _Backend.get().allreduce(self._compressor, self._names[id(p)], _exchange_view(grad, self._compressor),
+                                        self._step_count_gc, self._op)
 
     def synchronize(self):
         """Waits for every gradient's allreduce (launching those whose hooks did not fire)."""

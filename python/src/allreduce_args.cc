@@ -20,8 +20,9 @@ OwnedSegments::OwnedSegments(nb::handle list, std::size_t numel, std::string_vie
   names_.reserve(count);  // no reallocation: segments_ views these strings
   std::size_t next = 0;
   for (nb::handle item : list) {
-    GRADCOMP_CHECK(nb::len(item) == 3, "{}: each segment is (name, offset, numel), got {} fields", what,
-                   nb::len(item));
+    const std::size_t fields = nb::len(item);
+    GRADCOMP_CHECK(fields == 3 || fields == 4, "{}: each segment is (name, offset, numel) or (name, offset, numel, "
+                   "rows), got {} fields", what, fields);
     std::string name = nb::cast<std::string>(item[0]);
     const auto offset = nb::cast<std::size_t>(item[1]);
     const auto n = nb::cast<std::size_t>(item[2]);
@@ -34,6 +35,10 @@ OwnedSegments::OwnedSegments(nb::handle list, std::size_t numel, std::string_vie
     segment.name = names_.back();
     segment.offset = offset;
     segment.numel = n;
+    segment.rows = fields == 4 ? nb::cast<std::size_t>(item[3]) : 0;
+    GRADCOMP_CHECK(segment.rows == 0 || n % segment.rows == 0,
+                   "{}: segment '{}' has {} elements, not a multiple of its {} rows", what, names_.back(), n,
+                   segment.rows);
     segments_.push_back(segment);
   }
   GRADCOMP_CHECK(count == 0 || next == numel, "{}: the segments cover {} elements but the tensor has {}", what, next,

@@ -23,7 +23,7 @@ ReduceOp op_of(std::string_view op);
 // the views point into this object's strings.
 class OwnedSegments {
  public:
-  // From a Python sequence of (name, offset, numel) tuples covering a tensor of `numel` elements in order. Throws
+  // From a Python sequence of (name, offset, numel) or (name, offset, numel, rows) tuples covering a tensor of `numel` elements in order. Throws
   // InvalidArgument (naming `what`) for an empty name, a gap, an overlap or a list that does not cover the tensor.
   OwnedSegments(nb::handle list, std::size_t numel, std::string_view what);
   OwnedSegments(const OwnedSegments&) = delete;

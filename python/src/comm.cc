@@ -154,7 +154,8 @@ void init_comm(nb::module_& m) {
       "comm"_a, "compressor"_a, "tensor"_a, "name"_a, "op"_a = "average", "step"_a = 0, "stream"_a = 0,
       "segments"_a = nb::none(), "algorithm"_a = "auto", "hierarchical"_a = false,
       "In place: the average (or sum) over ranks of what each rank's compressor sent. segments: None or "
-      "[(name, offset, numel)], the named tensors the tensor is made of (error feedback per name). hierarchical: "
+      "[(name, offset, numel[, rows])], the named tensors the tensor is made of (error feedback per name; rows: a "
+      "matrix's first dimension, for powersgd). hierarchical: "
       "dense sum inside each node (comm.node_color(), GRADCOMP_LOCAL_SIZE), compressed between node leaders (node "
       "groups built for this call). Returns the AllreduceStats as a dict.");
 #else

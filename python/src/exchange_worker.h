@@ -37,7 +37,7 @@ class ExchangeWorker {
   ExchangeWorker& operator=(const ExchangeWorker&) = delete;
 
   // Enqueues compressed_allreduce(comm, compressor, tensor, name, {op, step, algorithm, segments, hierarchical,
-  // verify}) on the tensor in place. `segments`: None or [(name, offset, numel)] covering the tensor in order.
+  // verify}) on the tensor in place. `segments`: None or [(name, offset, numel[, rows])] covering the tensor in order.
   // `hierarchical`: the node groups are built by the first such job (a collective split, in job order on every rank)
   // and reused by the later ones for the worker's lifetime. `verify`: compressed_allreduce's own per-call agreement
   // check. `agreement`: None, or (scope, 16-byte fingerprint, description) of the exchange's layout

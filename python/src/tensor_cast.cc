@@ -81,7 +81,9 @@ TensorView view_of(const Array& array, nb::handle object, std::string_view what,
                                       "tensors", what, type));
   }
   void* data = const_cast<void*>(static_cast<const void*>(array.data()));
-  return TensorView(data, array.size(), dtype, device, reinterpret_cast<void*>(stream));
+  // A tensor of two or more dimensions is also a matrix of its first dimension's rows (shape-aware codecs).
+  const std::size_t rows = array.ndim() >= 2 ? static_cast<std::size_t>(array.shape(0)) : 0;
+  return TensorView(data, array.size(), dtype, device, reinterpret_cast<void*>(stream)).with_rows(rows);
 }
 
 }  // namespace

@@ -28,7 +28,8 @@ def _recording(hook, buckets):
 
 def _expected_algorithm(comp):
     traits = comp.traits
-    return "dense" if traits["summable"] else "sparse" if traits["gatherable"] else "sra"
+    return ("dense" if traits["summable"] else "sparse" if traits["gatherable"] else "rounds" if traits["rounds"]
+            else "sra")
 
 
 def _worker(rank, world, port, specs, bucket_cap_mb, switched=None, hierarchical=False):
