@@ -15,6 +15,8 @@
 
 extern "C" void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
                             int lda, const float* b, int ldb, float beta, float* c, int ldc);
+extern "C" void cblas_sgemv(int order, int trans, int m, int n, float alpha, const float* a, int lda, const float* x,
+                            int incx, float beta, float* y, int incy);
 
 namespace gradcomp {
 namespace {
@@ -120,6 +122,31 @@ class HostLowRankOps final : public LowRankOps {
       }
       return;
     }
+    // Rank 1 (PowerSGD's default) is matrix-vector work: the BLAS's sgemm is 2-3x slower there than sgemv, and
+    // the outer product is one streaming pass.
+    if (m == 1) {
+      // C (1 x n) = alpha * a (1 x k) * op(B) + beta * C, i.e. y = op(B)^T a.
+      cblas_sgemv(kCblasRowMajor, trans_b ? kCblasNoTrans : kCblasTrans, blas_int(trans_b ? n : k, "rows"),
+                  blas_int(trans_b ? k : n, "columns"), alpha, b, blas_int(ldb, "leading dimension"), a,
+                  blas_int(trans_a ? lda : 1, "stride"), beta, c, 1);
+      return;
+    }
+    if (k == 1) {
+      // C (m x n) = alpha * x y^T + beta * C with x = op(A)'s column, y = op(B)'s row.
+      const std::size_t x_stride = trans_a ? 1 : lda, y_stride = trans_b ? ldb : 1;
+      kernels::parallel_chunks(m, 64, threads_, [&](std::size_t, std::size_t begin, std::size_t end) {
+        for (std::size_t i = begin; i < end; ++i) {
+          const float xi = alpha * a[i * x_stride];
+          float* row = c + i * ldc;
+          if (beta == 0.0f) {
+            for (std::size_t j = 0; j < n; ++j) row[j] = xi * b[j * y_stride];
+          } else {
+            for (std::size_t j = 0; j < n; ++j) row[j] = beta * row[j] + xi * b[j * y_stride];
+          }
+        }
+      });
+      return;
+    }
     cblas_sgemm(kCblasRowMajor, trans_a ? kCblasTrans : kCblasNoTrans, trans_b ? kCblasTrans : kCblasNoTrans,
                 blas_int(m, "rows"), blas_int(n, "columns"), blas_int(k, "inner dimension"), alpha, a,
                 blas_int(lda, "leading dimension"), b, blas_int(ldb, "leading dimension"), beta, c,
@@ -145,11 +172,15 @@ class HostLowRankOps final : public LowRankOps {
   }
 
   std::size_t count_nonfinite(const float* x, std::size_t n, std::size_t& first) override {
+    // A branch-free count over the exponent bits (vectorizes); the first index only when there is one.
+    const auto* bits = reinterpret_cast<const std::uint32_t*>(x);
     std::size_t count = 0;
+    for (std::size_t i = 0; i < n; ++i) count += (bits[i] & 0x7f800000u) == 0x7f800000u;
     first = n;
-    for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t i = 0; count > 0 && i < n; ++i) {
       if (!std::isfinite(x[i])) {
-        if (count++ == 0) first = i;
+        first = i;
+        break;
       }
     }
     return count;

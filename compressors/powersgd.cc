@@ -259,10 +259,16 @@ void PowerSgdCompressor::decompress(std::span<const std::byte> bytes, const Tens
   for (const Record& r : records) {
     write_dense(r.offset);
     const std::size_t rows = r.rows, cols = r.numel / r.rows, rank = r.rank;
-    product.resize(r.numel);
-    ops->gemm(true, false, rows, cols, rank, 1.0f, factors.data() + cursor, rows, factors.data() + cursor + rank * rows,
-              cols, 0.0f, product.data(), cols);
-    ops->store_f32(product.data(), 1.0f, out, r.offset, r.numel, accumulate);
+    const float* p = factors.data() + cursor;
+    const float* q = p + rank * rows;
+    if (out.dtype() == DType::kF32) {  // P Q^T straight into the output (beta 1 adds)
+      ops->gemm(true, false, rows, cols, rank, 1.0f, p, rows, q, cols, accumulate ? 1.0f : 0.0f,
+                static_cast<float*>(out.data()) + r.offset, cols);
+    } else {
+      product.resize(r.numel);
+      ops->gemm(true, false, rows, cols, rank, 1.0f, p, rows, q, cols, 0.0f, product.data(), cols);
+      ops->store_f32(product.data(), 1.0f, out, r.offset, r.numel, accumulate);
+    }
     cursor += rank * (rows + cols);
     position = r.offset + r.numel;
   }

@@ -33,8 +33,10 @@ struct TensorState {
   std::uint64_t rows = 0;
   std::uint64_t steps = 0;
   int device = -1;         // -1: host
-  FloatBuffer residual;    // numel values (ef=on and compressed at least once)
-  FloatBuffer spare;       // numel values: M = G + residual is built here; swapped with residual on commit
+  // numel values (ef=on and compressed at least once). During a step it holds M = G + residual (built in place, no
+  // second buffer), and becomes M - P Q^T on commit; a step that ends without commit (an error in a round) takes G
+  // back out, which restores the residual up to the rounding of (r + g) - g.
+  FloatBuffer residual;
   FloatBuffer q;           // rank x cols: Q^T, the warm start
   bool q_valid = false;    // q holds the last step's averaged Q (else it is drawn afresh)
 };
@@ -50,6 +52,7 @@ struct Block {
   std::size_t rank = 0;     // 0: uncompressed (its values ride in the first round)
   bool skipped = false;     // nonfinite=skip found NaN/Inf: contributes zeros, state untouched
   bool nonfinite = false;   // NaN/Inf present (nonfinite=pass)
+  bool applied = false;     // the residual holds M = G + residual (undone unless committed)
   TensorState* state = nullptr;  // compressed blocks only
   const float* grad = nullptr;   // f32 values of the block (the tensor's own memory when it is f32)
   float* matrix = nullptr;       // M (compressed blocks)
@@ -71,6 +74,9 @@ class Step {
   // creates their state, scans for NaN/Inf (raise throws here, before any state changes) and computes round one.
   Step(const Options& options, StateMap& states, Scratch& scratch, LowRankOps& ops, const TensorView& tensor,
        const CompressContext& ctx);
+  ~Step();
+  Step(const Step&) = delete;
+  Step& operator=(const Step&) = delete;
 
   std::span<float> round1() { return {round1_, round1_size_}; }
   std::span<float> round2() { return {round2_, round2_size_}; }
@@ -92,6 +98,7 @@ class Step {
   void scan(const CompressContext& ctx);
   void build_round1();
   void average_q();
+  void undo() noexcept;
 
   const Options& options_;
   StateMap& states_;
@@ -107,6 +114,7 @@ class Step {
   float* round2_ = nullptr;
   std::size_t round1_size_ = 0, round2_size_ = 0;
   bool averaged_q_ = false;
+  bool committed_ = false;
 };
 
 // The rank a block of rows x cols gets (0: uncompressed), or throws InvalidArgument naming `name` when it would be

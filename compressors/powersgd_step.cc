@@ -32,7 +32,6 @@ void relocate(TensorState& state, LowRankOps& target) {
     target.upload(moved.data(), host.data(), host.size());
     *buffer = std::move(moved);
   }
-  state.spare = FloatBuffer();
   state.device = target.device();
 }
 
@@ -68,7 +67,12 @@ Step::Step(const Options& options, StateMap& states, Scratch& scratch, LowRankOp
   for (Block& block : blocks_) {
     if (block.rank > 0) prepare_state(block, ctx.rank);
   }
-  build_round1();
+  try {
+    build_round1();
+  } catch (...) {
+    undo();  // the destructor of a half-built Step does not run
+    throw;
+  }
 }
 
 void Step::plan(const TensorView& tensor, const CompressContext& ctx) {
@@ -165,7 +169,6 @@ void Step::prepare_state(Block& block, int rank) {
       state.residual = ops_.allocate(block.numel);
       ops_.fill_zero(state.residual.data(), block.numel);
     }
-    if (state.spare.size() != block.numel) state.spare = ops_.allocate(block.numel);
   }
 }
 
@@ -202,9 +205,9 @@ void Step::build_round1() {
       continue;
     }
     if (options_.ef) {
-      ops_.copy(block.state->spare.data(), block.state->residual.data(), block.numel);
-      ops_.add(block.state->spare.data(), block.grad, block.numel);
-      block.matrix = block.state->spare.data();
+      ops_.add(block.state->residual.data(), block.grad, block.numel);
+      block.applied = true;
+      block.matrix = block.state->residual.data();
     } else {
       block.matrix = const_cast<float*>(block.grad);
     }
@@ -268,13 +271,33 @@ void Step::commit() {
     }
     if (block.skipped) continue;
     if (options_.ef) {
-      // residual = M - P Q_avg^T, built in place of M, then swapped in.
+      // residual = M - P Q_avg^T, in place of M.
       ops_.gemm(true, false, block.rows, block.cols, block.rank, -1.0f, round1_ + block.p_offset, block.rows, q,
                 block.cols, 1.0f, block.matrix, block.cols);
       if (block.nonfinite) ops_.zero_nonfinite(block.matrix, block.numel);
-      std::swap(state.residual, state.spare);
     }
     ++state.steps;
+  }
+  committed_ = true;
+}
+
+Step::~Step() {
+  if (!committed_) undo();
+}
+
+void Step::undo() noexcept {
+  // A round failed: take the gradient back out of each residual that holds M = G + residual: -(-(r + g) + g).
+  try {
+    for (Block& block : blocks_) {
+      if (!block.applied) continue;
+      float* residual = block.state->residual.data();
+      ops_.scale(residual, block.numel, -1.0f);
+      ops_.add(residual, block.grad, block.numel);
+      ops_.scale(residual, block.numel, -1.0f);
+      block.applied = false;
+    }
+  } catch (...) {
+    // The device is gone too (the error that stopped the step): nothing left to restore.
   }
 }
 

@@ -18,8 +18,8 @@
 namespace gradcomp::cli {
 namespace {
 
-constexpr const char* kProbeHelp = R"(usage: gradcomp probe SPEC [--numel N] [--dist normal|uniform|lognormal|sparse]
-                            [--seed S] [--threads T] [--json]
+constexpr const char* kProbeHelp = R"(usage: gradcomp probe SPEC [--numel N | --shape RxC[x...]]
+                            [--dist normal|uniform|lognormal|sparse] [--seed S] [--threads T] [--json]
 
 Compresses and decompresses one synthetic f32 gradient with the compressor SPEC (e.g. "topk:ratio=0.01") and reports:
   ratio            uncompressed bytes / payload bytes
@@ -32,7 +32,9 @@ Compresses and decompresses one synthetic f32 gradient with the compressor SPEC 
   memcpy_fraction  (bytes the round trip must move / its time) / (2 x memcpy bytes / memcpy time)
 
 options:
-  --numel N      elements (default 1000000; 1e6 notation accepted)
+  --numel N      elements (default 1000000; 1e6 notation accepted), a vector
+  --shape S      a tensor of this shape instead (e.g. 4096x1024): shape-aware codecs (powersgd) see a matrix of
+                 its first dimension's rows
   --dist D       value distribution (default normal)
   --seed S       seed of the synthetic values (default 1)
   --threads T    worker threads for compressor and memcpy (default 1; 0 = all)
@@ -62,6 +64,21 @@ std::vector<float> synthetic_gradient(std::size_t numel, const std::string& dist
   return values;
 }
 
+// "4096x1024" -> {4096, 1024}; throws InvalidArgument for anything else.
+std::vector<std::size_t> parse_shape(const std::string& text) {
+  std::vector<std::size_t> dims;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t end = std::min(text.find('x', start), text.size());
+    const std::string part = text.substr(start, end - start);
+    GRADCOMP_CHECK(!part.empty() && part.find_first_not_of("0123456789") == std::string::npos && part.size() < 10,
+                   "--shape '{}': expected dimensions like 4096x1024", text);
+    dims.push_back(static_cast<std::size_t>(std::stoull(part)));
+    start = end + 1;
+  }
+  return dims;
+}
+
 // Runs fn repeatedly (at least 3 times and 0.3 s, at most 100 times); returns the mean seconds per call.
 template <typename Fn>
 double time_per_call(Fn&& fn) {
@@ -86,7 +103,15 @@ int run_probe(std::vector<std::string> raw) {
     return 0;
   }
   const bool json = args.flag("--json");
-  const auto numel = static_cast<std::size_t>(args.option_int("--numel", 1000000));
+  auto numel = static_cast<std::size_t>(args.option_int("--numel", 1000000));
+  const std::string shape_text = args.option("--shape", "");
+  std::size_t rows = 0;
+  if (!shape_text.empty()) {
+    const auto dims = parse_shape(shape_text);
+    numel = 1;
+    for (std::size_t d : dims) numel *= d;
+    rows = dims.size() >= 2 ? dims[0] : 0;
+  }
   const std::string dist = args.option("--dist", "normal");
   const auto seed = static_cast<std::uint64_t>(args.option_int("--seed", 1));
   const int threads = static_cast<int>(args.option_int("--threads", 1));
@@ -97,7 +122,7 @@ int run_probe(std::vector<std::string> raw) {
   auto compressor = make_compressor(positionals[0]);
   compressor->set_threads(threads);
   const std::vector<float> grad = synthetic_gradient(numel, dist, seed);
-  const auto grad_view = TensorView::of(std::span<const float>(grad));
+  const auto grad_view = TensorView::of(std::span<const float>(grad)).with_rows(rows);
   std::vector<std::byte> payload(compressor->max_payload_bytes(numel));
   std::vector<float> decoded(numel);
   const auto decoded_view = TensorView::of(std::span<float>(decoded));
@@ -157,8 +182,8 @@ int run_probe(std::vector<std::string> raw) {
     return 0;
   }
   fmt::print("spec             {}\n", compressor->spec());
-  fmt::print("gradient         {} x f32 ({:.1f} MB), {} distribution, seed {}, {} thread(s)\n", numel, bytes / 1e6,
-             dist, seed, threads);
+  fmt::print("gradient         {} x f32 ({:.1f} MB{}), {} distribution, seed {}, {} thread(s)\n", numel, bytes / 1e6,
+             shape_text.empty() ? "" : ", shape " + shape_text, dist, seed, threads);
   fmt::print("ratio            {:.2f}x  ({} payload bytes, {} values selected, {} saturated)\n", ratio, payload_bytes,
              stats.selected, stats.saturated);
   fmt::print("rel_error        {:.4g}\n", rel_error);
