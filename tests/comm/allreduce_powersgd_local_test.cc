@@ -33,6 +33,40 @@ TEST(PowerSgdLocal, ChunkedAlgorithmsRefuseMatrices) {
   });
 }
 
+TEST(PowerSgdLocal, HierarchicalRunsTheRoundsBetweenNodeLeaders) {
+  // 4 ranks in 2 nodes: each node sums densely, the leaders reduce the node sums (divided by 4 for the average) in
+  // rounds, so the result is PowerSGD over two "ranks" holding (g0 + g1) / 4 and (g2 + g3) / 4, summed.
+  ::setenv("GRADCOMP_LOCAL_SIZE", "2", 1);
+  const std::size_t rows = 24, cols = 36;
+  testing::PowerSgdReference ref("w", rows, cols, 2, 2);
+  std::vector<std::vector<double>> expected(3);
+  for (std::uint64_t step = 0; step < 3; ++step) {
+    std::vector<std::vector<float>> nodes(2, std::vector<float>(rows * cols, 0.0f));
+    for (int r = 0; r < 4; ++r) {
+      const auto g = testing::make_gradient(rows * cols, r, step, 3);
+      for (std::size_t i = 0; i < g.size(); ++i) nodes[r / 2][i] += g[i];
+    }
+    for (auto& node : nodes) {
+      for (float& v : node) v /= 4.0f;
+    }
+    expected[step] = ref.step(nodes, step, /*average=*/false);
+  }
+  testing::run_ranks(4, [&](Communicator& comm) {
+    NodeGroups groups = make_node_groups(comm);
+    auto codec = make_compressor("powersgd:rank=2");
+    for (std::uint64_t step = 0; step < 3; ++step) {
+      auto tensor = testing::make_gradient(rows * cols, comm.rank(), step, 3);
+      AllreduceOptions options;
+      options.hierarchical = true;
+      options.nodes = &groups;
+      options.step = step;
+      compressed_allreduce(comm, *codec, TensorView::of(std::span<float>(tensor)).with_rows(rows), "w", options);
+      EXPECT_LT(testing::relative_error(tensor, expected[step]), 1e-4) << "rank " << comm.rank() << " step " << step;
+    }
+  });
+  ::unsetenv("GRADCOMP_LOCAL_SIZE");
+}
+
 TEST(PowerSgdLocal, RanksThatDisagreeOnTheShapeFailOnEveryRankNamingIt) {
   const auto errors = testing::run_ranks_collect(2, [](Communicator& comm) {
     auto codec = make_compressor("powersgd");
