@@ -1,4 +1,5 @@
-// comm/local primitives on 1..4 ranks: closed-form results, protocol mismatches, timeouts, departed ranks, split.
+// comm/local on 1..4 ranks: the conformance suite (tests/comm/communicator_conformance.h), then what only the
+// in-process backend shows: protocol mismatches, timeouts, departed ranks.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -7,7 +8,7 @@
 
 #include "gradcomp/communicator.h"
 #include "gradcomp/error.h"
-#include "kernels/half_ops.cuh"
+#include "tests/comm/communicator_conformance.h"
 #include "tests/comm/local_harness.h"
 
 namespace gradcomp {
@@ -18,98 +19,9 @@ using testing::run_ranks_collect;
 
 class LocalRanks : public ::testing::TestWithParam<int> {};
 
-TEST_P(LocalRanks, AllreduceSumAverageMaxOfEveryDtype) {
-  const int n = GetParam();
-  run_ranks(n, [n](Communicator& comm) {
-    const int r = comm.rank();
-    std::vector<float> f(5);
-    for (int i = 0; i < 5; ++i) f[i] = static_cast<float>(r * 10 + i);
-    comm.allreduce(TensorView::of(std::span(f)), ReduceOp::kSum);
-    for (int i = 0; i < 5; ++i) EXPECT_EQ(f[i], static_cast<float>(10 * n * (n - 1) / 2 + n * i));
-
-    std::vector<float> avg(3, static_cast<float>(r + 1));
-    comm.allreduce(TensorView::of(std::span(avg)), ReduceOp::kAverage);
-    EXPECT_FLOAT_EQ(avg[0], (n + 1) / 2.0f);
-
-    std::int32_t mx = r * 7 - 3;
-    comm.allreduce(TensorView(&mx, 1, DType::kI32), ReduceOp::kMax);
-    EXPECT_EQ(mx, (n - 1) * 7 - 3);
-    std::int32_t mn = r * 7 - 3;
-    comm.allreduce(TensorView(&mn, 1, DType::kI32), ReduceOp::kMin);
-    EXPECT_EQ(mn, -3);
-
-    std::uint16_t h = kernels::float_to_half_bits(0.5f * (r + 1));
-    comm.allreduce(TensorView(&h, 1, DType::kF16), ReduceOp::kSum);
-    EXPECT_EQ(kernels::half_bits_to_float(h), 0.25f * n * (n + 1));
-    std::uint16_t b = kernels::float_to_bf16_bits(2.0f);
-    comm.allreduce(TensorView(&b, 1, DType::kBF16), ReduceOp::kAverage);
-    EXPECT_EQ(kernels::bf16_bits_to_float(b), 2.0f);
-
-    std::vector<float> empty;
-    comm.allreduce(TensorView(nullptr, 0, DType::kF32), ReduceOp::kSum);
-    EXPECT_THROW(comm.allreduce(TensorView(&mx, 1, DType::kI32), ReduceOp::kAverage), InvalidArgument);
-  });
-}
-
-TEST_P(LocalRanks, GatherScatterBroadcastSplit) {
-  const int n = GetParam();
-  run_ranks(n, [n](Communicator& comm) {
-    const int r = comm.rank();
-    std::uint32_t mine = 100 + r;
-    std::vector<std::uint32_t> all(n);
-    comm.allgather(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(all)));
-    for (int i = 0; i < n; ++i) EXPECT_EQ(all[i], 100u + i);
-
-    // allgatherv: rank i sends i+1 bytes of value i.
-    std::vector<std::byte> send(r + 1, std::byte(r));
-    std::vector<std::size_t> counts(n);
-    for (int i = 0; i < n; ++i) counts[i] = i + 1;
-    std::vector<std::byte> recv(n * (n + 1) / 2);
-    comm.allgatherv(send, counts, recv);
-    std::size_t k = 0;
-    for (int i = 0; i < n; ++i)
-      for (int j = 0; j <= i; ++j) EXPECT_EQ(recv[k++], std::byte(i));
-
-    // alltoallv: rank s sends (d+1) bytes of value 16*s+d to d.
-    std::vector<std::byte> out;
-    std::vector<std::size_t> scounts(n), rcounts(n);
-    for (int d = 0; d < n; ++d) {
-      scounts[d] = d + 1;
-      out.insert(out.end(), d + 1, std::byte(16 * r + d));
-      rcounts[d] = r + 1;
-    }
-    std::vector<std::byte> in(n * (r + 1));
-    comm.alltoallv(out, scounts, in, rcounts);
-    for (int s = 0; s < n; ++s)
-      for (int j = 0; j <= r; ++j) EXPECT_EQ(in[s * (r + 1) + j], std::byte(16 * s + r));
-
-    std::uint64_t value = r == n - 1 ? 42 : 0;
-    comm.broadcast(std::as_writable_bytes(std::span(&value, 1)), n - 1);
-    EXPECT_EQ(value, 42u);
-    comm.barrier();
-
-    // split into even/odd, ordered by descending rank; rank 0 opts out when n > 2.
-    const int color = (n > 2 && r == 0) ? -1 : r % 2;
-    auto child = comm.split(color, -r);
-    if (color < 0) {
-      EXPECT_EQ(child, nullptr);
-    } else {
-      ASSERT_NE(child, nullptr);
-      int members = 0, position = 0;
-      for (int i = 0; i < n; ++i) {
-        if (!(n > 2 && i == 0) && i % 2 == color) {
-          ++members;
-          if (i > r) ++position;
-        }
-      }
-      EXPECT_EQ(child->size(), members);
-      EXPECT_EQ(child->rank(), position);
-      std::int32_t one = 1;
-      child->allreduce(TensorView(&one, 1, DType::kI32), ReduceOp::kSum);
-      EXPECT_EQ(one, members);
-    }
-  });
-}
+TEST_P(LocalRanks, ConformanceAllreduce) { run_ranks(GetParam(), testing::conformance_allreduce); }
+TEST_P(LocalRanks, ConformanceCollectives) { run_ranks(GetParam(), testing::conformance_collectives); }
+TEST_P(LocalRanks, ConformanceSplit) { run_ranks(GetParam(), testing::conformance_split); }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, LocalRanks, ::testing::Values(1, 2, 3, 4));
 
