@@ -95,16 +95,22 @@ def reference_allreduce(ref_comps, flats, name, step, segments=None, op="average
     """What gradcomp's C++ compressed_allreduce gives when rank r holds flats[r] and compresses with ref_comps[r]:
     the same algorithms run over in-process communicators (comm/local, one thread per rank), independent of
     torch.distributed. Returns every rank's result."""
-    import threading
-    world = len(flats)
-    comms = gradcomp._gradcomp.make_local_communicators(world, 60.0)
     outs = [f.clone() for f in flats]
-    errors = []
+    on_local_ranks(len(flats), lambda r, comm: gradcomp._gradcomp.compressed_allreduce(
+        comm, ref_comps[r]._impl, outs[r], name, op, step, 0, segments, "auto", hierarchical))
+    return outs
+
+
+def on_local_ranks(world, fn):
+    """Calls fn(rank, communicator) on `world` in-process ranks (comm/local, one thread each); returns the results in
+    rank order and re-raises the first rank's exception."""
+    import threading
+    comms = gradcomp._gradcomp.make_local_communicators(world, 60.0)
+    results, errors = [None] * world, []
 
     def run(r):
         try:
-            gradcomp._gradcomp.compressed_allreduce(comms[r], ref_comps[r]._impl, outs[r], name, op, step, 0,
-                                                    segments, "auto", hierarchical)
+            results[r] = fn(r, comms[r])
         except BaseException as e:  # noqa: BLE001 - re-raised below
             errors.append(e)
 
@@ -115,7 +121,7 @@ def reference_allreduce(ref_comps, flats, name, step, segments=None, op="average
         t.join()
     if errors:
         raise errors[0]
-    return outs
+    return results
 
 
 def expected_grads(ref_comps, model, batches, step, world):

@@ -3,12 +3,11 @@ with warm start and error feedback, without warm start, without error feedback, 
 (gradcomp's C++ compressed_allreduce over in-process communicators, one thread per rank: the rounds algorithm), with
 two matrices and a vector fused in one call, as the hook and the runtime hand them over."""
 
-import threading
-
 import numpy as np
 import pytest
 
 import gradcomp
+import helpers
 
 _C = gradcomp._gradcomp
 MASK32 = 0xFFFFFFFF
@@ -79,25 +78,8 @@ class Reference:
 
 def run_ranks(spec, tensors, name, step, segments=None, op="average", comps=None):
     """compressed_allreduce of tensors[r] on in-process rank r (threads); returns the stats of rank 0."""
-    world = len(tensors)
-    comms = _C.make_local_communicators(world, 60.0)
-    stats, errors = [None] * world, []
-
-    def run(r):
-        try:
-            stats[r] = _C.compressed_allreduce(comms[r], comps[r]._impl, tensors[r], name, op, step, 0, segments,
-                                               "auto", False)
-        except BaseException as e:  # noqa: BLE001 - re-raised below
-            errors.append(e)
-
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return stats[0]
+    return helpers.on_local_ranks(len(tensors), lambda r, comm: _C.compressed_allreduce(
+        comm, comps[r]._impl, tensors[r], name, op, step, 0, segments, "auto", False))[0]
 
 
 def gradient(rows, cols, rank, step, salt):
