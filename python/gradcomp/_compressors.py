@@ -17,8 +17,8 @@ PAYLOAD_HEADER_BYTES = 64
 # The documented rule for codec names, ASCII only (str.islower() would let "ñame" through).
 _NAME_RE = re.compile(r"[a-z0-9_]+", re.ASCII)
 
-# Each compressor object's agreement scope (see _torch_comm.allreduce_async): the exchanges of one hook state or
-# optimizer are checked across ranks once per layout.
+# Each compressor object's agreement scope (see gradcomp.torch.exchange.allreduce_async): the exchanges of one hook
+# state or optimizer are checked across ranks once per layout.
 _agreement_scopes = itertools.count(1)
 
 _python_registry = {}

@@ -15,7 +15,7 @@ namespace gradcomp::python {
 
 // What one rank is about to exchange. `description` is human-readable and complete (name, codec kind, spec, dtype,
 // numel, op, hierarchical, segments); `fingerprint` a 16-byte digest of it (computed by the caller, blake2b in
-// gradcomp._torch_comm), identical on ranks that agree. `scope`: who caches the agreement (a hook state or an
+// gradcomp.torch.exchange), identical on ranks that agree. `scope`: who caches the agreement (a hook state or an
 // optimizer, through its compressor): a layout agreed in one scope is checked again in another.
 struct ExchangeLayout {
   std::uint64_t scope = 0;

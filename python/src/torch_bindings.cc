@@ -19,7 +19,7 @@ void init_torch(nb::module_& m) {
 #if GRADCOMP_PY_HAVE_COLLECTIVES
   nb::class_<TorchCommunicator, Communicator>(
       m, "TorchCommunicator",
-      "A Communicator over a torch.distributed process group, through a gradcomp._torch_comm.ProcessGroupAdapter.")
+      "A Communicator over a torch.distributed process group, through a gradcomp.torch.exchange.ProcessGroupAdapter.")
       .def(nb::init<nb::object>(), "adapter"_a)
       .def_prop_ro("adapter", &TorchCommunicator::adapter);
   nb::class_<ExchangeWorker>(m, "ExchangeWorker",

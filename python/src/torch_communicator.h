@@ -1,6 +1,6 @@
 // A gradcomp::Communicator over a torch.distributed process group (gloo, or NCCL where present), so the DDP hook and
 // the optimizer's torch backend run the same C++ algorithms (comm/algorithms) as the MPI backend. Every operation
-// takes the GIL and calls a Python adapter (gradcomp._torch_comm.ProcessGroupAdapter) with zero-copy torch views of
+// takes the GIL and calls a Python adapter (gradcomp.torch.exchange.ProcessGroupAdapter) with zero-copy torch views of
 // the C++ memory; torch releases the GIL while a collective waits on the network.
 #pragma once
 

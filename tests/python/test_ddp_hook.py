@@ -150,7 +150,7 @@ def test_ddp_hook_hierarchical_4_ranks(monkeypatch):
 def _split_sum_worker(rank, world, port, specs):
     """Half-precision codecs through the split sum (all_to_all + float32 sum + all_gather), forced for every bucket
     size; 3 ranks so the chunks do not divide the buckets evenly."""
-    from gradcomp import _torch_comm
+    from gradcomp.torch import exchange as _torch_comm
     helpers.init_gloo(rank, world, port)
     _torch_comm.SPLIT_SUM_MIN_BYTES = 0
     for spec in specs:

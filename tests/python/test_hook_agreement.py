@@ -13,7 +13,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gradcomp
 import gradcomp.torch as hvd
-from gradcomp import _torch_comm
+from gradcomp.torch import exchange as _torch_comm
 import helpers
 
 WORLD = 2

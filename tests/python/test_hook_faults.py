@@ -24,7 +24,7 @@ def _rank(rank, url, fault, report):
     import torch.distributed as dist
     import gradcomp
     import gradcomp.torch as hvd
-    from gradcomp import _torch_comm
+    from gradcomp.torch import exchange as _torch_comm
     helpers.watchdog(60)
     dist.init_process_group("gloo", init_method=url, rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=TIMEOUT_S))

@@ -10,7 +10,7 @@ import torch.multiprocessing as mp
 import gradcomp
 import helpers
 from gradcomp import _gradcomp as _C
-from gradcomp import _torch_comm
+from gradcomp.torch import exchange as _torch_comm
 
 WORLD = 3
 

@@ -1,5 +1,5 @@
 """gradcomp's DDP communication hook: each GradBucket goes whole through the C++ compressed_allreduce (see
-_torch_comm.allreduce_async), with one segment per parameter so error feedback is keyed by parameter name."""
+exchange.allreduce_async), with one segment per parameter so error feedback is keyed by parameter name."""
 import copy
 import functools
 import hashlib
@@ -7,9 +7,10 @@ import hashlib
 import torch.distributed as dist
 from torch.autograd import Variable
 
-from . import _state, _torch_comm
-from ._compressors import compressor
-from ._gradcomp import Error
+from .. import _state
+from .._compressors import compressor
+from .._gradcomp import Error
+from . import exchange
 
 
 class HookState:
@@ -88,9 +89,9 @@ def _gradcomp_hook(state, bucket):
     buffer, segments = bucket_segments(state, bucket)
     name = bucket_name(segments)
     stats = state.last_stats[name] = {}
-    fut = _torch_comm.allreduce_async(state.compressor, buffer, name, state.step, op="average", segments=segments,
-                                      group=state.process_group, result=buffer, stats=stats,
-                                      hierarchical=state.hierarchical)
+    fut = exchange.allreduce_async(state.compressor, buffer, name, state.step, op="average", segments=segments,
+                                   group=state.process_group, result=buffer, stats=stats,
+                                   hierarchical=state.hierarchical)
     last = bucket.is_last()
     if last:
         state.step += 1

@@ -23,7 +23,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from . import _gradcomp as _C
+from .. import _gradcomp as _C
 
 SPLIT_SUM_MIN_BYTES = int(os.environ.get("GRADCOMP_SPLIT_SUM_MIN_BYTES", 1 << 20))
 
@@ -247,8 +247,8 @@ def allreduce_async(compressor, tensor, name, step, op="average", segments=None,
     """Averages (op="average") or sums `tensor` (contiguous, 1-D, float32/16 or bfloat16) in place over `group` with
     `compressor` (a gradcomp Compressor or Python codec), off the caller's thread. `segments`: None or
     [(name, offset, numel)] or [(name, offset, numel, rows)], the named tensors `tensor` is made of (error feedback is
-    kept per name; rows: the tensor's first dimension when it is a matrix, for shape-aware codecs such as powersgd). Returns a torch
-    Future whose value is `result`; when `stats` is a dict it receives the AllreduceStats (algorithm,
+    kept per name; rows: the tensor's first dimension when it is a matrix, for shape-aware codecs such as powersgd).
+    Returns a torch Future whose value is `result`; when `stats` is a dict it receives the AllreduceStats (algorithm,
     switched_to_dense, bytes, seconds) before the future completes. hierarchical: dense float32 sum inside each node
     (GRADCOMP_LOCAL_SIZE ranks per node), compressed allreduce between the node leaders; the group must span the
     whole job (the node groups are torch groups, built on the first such call).

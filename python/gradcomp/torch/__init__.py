@@ -1,0 +1,45 @@
+"""PyTorch integration.
+
+DDP comm hook::
+
+    state, hook = gradcomp.torch.ddp_comm_hook("topk:ratio=0.01", model=model)
+    ddp_model.register_comm_hook(state, hook)
+
+Horovod-style API (a Horovod script changes only ``import horovod.torch as hvd`` to ``import gradcomp.torch as hvd``)::
+
+    hvd.init()
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                         compression=hvd.Compression.topk(0.01))
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+
+The package's modules, each importing only those above it (no cycles):
+
+- ``context``: the process context (backend, communicators, rank, size), its queries, the reduce ops;
+- ``exchange``: torch.distributed under the C++ collectives (the process group's communicator and worker);
+- ``launch``: ``init()`` / ``shutdown()``, the rendezvous;
+- ``backends``: one tensor's compressed allreduce on the torch, mpi or runtime backend;
+- ``collectives``: ``allreduce``, ``broadcast*``;
+- ``optimizer``: ``DistributedOptimizer``;
+- ``hook``: the DDP communication hook.
+"""
+from .. import _gradcomp as _C  # noqa: F401  (read as gradcomp.torch._C by bench/accuracy)
+from .._compressors import Compression, CompressionSpec, InvalidArgument, compressor, make_spec
+from .._gradcomp import CommError, Error, Timeout
+from .collectives import (allreduce, allreduce_, broadcast, broadcast_, broadcast_object, broadcast_optimizer_state,
+                          broadcast_parameters)
+from .context import (Adasum, Average, Sum, _check_op, _ctx, backend, is_initialized, local_rank,  # noqa: F401
+                      local_size, rank, size)
+from .hook import HookState, bucket_name, bucket_segments, ddp_comm_hook
+from .launch import _rendezvous_port, init, shutdown  # noqa: F401
+from .optimizer import DistributedOptimizer
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "backend",
+    "Average", "Sum", "Adasum",
+    "allreduce", "allreduce_", "broadcast", "broadcast_", "broadcast_object", "broadcast_parameters",
+    "broadcast_optimizer_state",
+    "DistributedOptimizer", "Compression", "CompressionSpec", "compressor", "make_spec",
+    "HookState", "ddp_comm_hook", "bucket_name", "bucket_segments",
+    "Error", "InvalidArgument", "CommError", "Timeout",
+]

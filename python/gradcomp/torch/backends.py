@@ -1,0 +1,82 @@
+"""How one tensor's compressed allreduce is carried out on each backend init() can choose, as DistributedOptimizer and
+allreduce(compression=...) use it: "torch" (the C++ algorithms over the process group, in its exchange worker, as
+the DDP hook), "mpi" (the C++ compressed_allreduce over gradcomp's MPI communicator) or "runtime" (the C++ fusion
+runtime). Each returns a handle whose wait() completes the reduction in place."""
+import torch
+
+from .. import _gradcomp as _C
+from . import exchange
+from .context import Sum, _ctx
+
+
+def _exchange_view(tensor, comp):
+    """A contiguous `tensor` as the C++ codecs take it: a matrix of its first dimension's rows when it has two or
+    more dimensions (shape-aware codecs such as powersgd compress that matrix), else flat. Python codecs get it
+    flat."""
+    if tensor.dim() >= 2 and not comp.is_python and tensor.numel() > 0:
+        return tensor.view(tensor.shape[0], -1)
+    return tensor.view(-1)
+
+
+class _Handle:
+    def __init__(self, fut=None):
+        self.fut = fut
+
+    def wait(self):
+        if self.fut is not None:
+            self.fut.wait()
+
+
+class _Backend:
+    _instance = None
+
+    @staticmethod
+    def get():
+        if _Backend._instance is None or _Backend._instance.kind != _ctx.backend:
+            _Backend._instance = {"mpi": _MpiBackend, "runtime": _RuntimeBackend,
+                                  "torch": _TorchBackend}[_ctx.backend]()
+        return _Backend._instance
+
+
+class _TorchBackend(_Backend):
+    kind = "torch"
+
+    def allreduce(self, comp, name, flat, step, op):
+        return _Handle(exchange.allreduce_async(comp, flat, name, step, op=op))
+
+
+class _RuntimeHandle:
+    def __init__(self, handle, tensor, scale):
+        self.handle, self.tensor, self.scale = handle, tensor, scale  # the tensor stays alive until wait()
+
+    def wait(self):
+        _ctx.runtime.wait(self.handle)
+        if self.scale != 1:
+            self.tensor.mul_(self.scale)
+
+
+class _RuntimeBackend(_Backend):
+    kind = "runtime"
+
+    def allreduce(self, comp, name, flat, step, op):
+        if comp.is_python:
+            return _MpiBackend.python_allreduce(comp, name, flat, op)
+        stream = torch.cuda.current_stream(flat.device).cuda_stream if flat.is_cuda else 0
+        handle = _ctx.runtime.allreduce_async(name, flat, comp.spec, stream)
+        return _RuntimeHandle(handle, flat, _ctx.size if op == Sum else 1)
+
+
+class _MpiBackend(_Backend):
+    kind = "mpi"
+
+    @staticmethod
+    def python_allreduce(comp, name, flat, op):
+        comp.allreduce(flat, [(name, 0, flat.numel())], op, _ctx.size,
+                       lambda payload: _ctx.comm.allreduce(payload, "sum"))
+        return _Handle()
+
+    def allreduce(self, comp, name, flat, step, op):
+        if comp.is_python:
+            return _MpiBackend.python_allreduce(comp, name, flat, op)
+        _C.compressed_allreduce(_ctx.comm, comp._impl, flat, name, op, step)
+        return _Handle()

@@ -1,0 +1,82 @@
+"""gradcomp.torch's process context: the backend init() chose, the communicators and runtime it made, rank and size,
+and the queries on them (rank(), size(), ...); the reduce ops. Every other module of the package reads it; it imports
+none of them."""
+import os
+
+from .._compressors import InvalidArgument
+
+# Reduction ops, as in horovod.torch.
+Average = "average"
+Sum = "sum"
+Adasum = "adasum"
+
+
+class _Context:
+    def __init__(self):
+        self.backend = None       # "torch" (torch.distributed) or "mpi" (gradcomp's C++ MPI communicator)
+        self.comm = None          # C++ communicator for the "mpi" and "runtime" backends
+        self.runtime_comm = None  # the runtime's own communicator (a split of comm)
+        self.runtime = None       # C++ fusion Runtime for the "runtime" backend
+        self.device_comm = None   # the runtime's NCCL communicator for CUDA tensors (None: CUDA tensors use MPI)
+        self.rank = 0
+        self.size = 1
+        self.local_rank = 0
+        self.local_size = 1
+        self.owns_process_group = False
+
+
+# The one context of the process (reset in place by shutdown(), so every module's reference stays valid).
+_ctx = _Context()
+
+
+def _env_int(*names, default=None):
+    for n in names:
+        v = os.environ.get(n)
+        if v is not None and v != "":
+            return int(v)
+    return default
+
+
+def _require_init():
+    if _ctx.backend is None:
+        raise InvalidArgument("gradcomp.torch: call init() first")
+
+
+def _check_op(op, average=None):
+    if average is not None:
+        op = Average if average else Sum
+    if op is None:
+        op = Average
+    if op not in (Average, Sum):
+        raise InvalidArgument(f"gradcomp.torch: reduce op '{op}' is not supported (valid: Average, Sum)")
+    return op
+
+
+def is_initialized():
+    return _ctx.backend is not None
+
+
+def rank():
+    _require_init()
+    return _ctx.rank
+
+
+def size():
+    _require_init()
+    return _ctx.size
+
+
+def local_rank():
+    _require_init()
+    return _ctx.local_rank
+
+
+def local_size():
+    _require_init()
+    return _ctx.local_size
+
+
+def backend():
+    """"runtime" (C++ fusion runtime), "mpi" (C++ communicator) or "torch" (torch.distributed)."""
+    _require_init()
+    return _ctx.backend

@@ -1,0 +1,65 @@
+"""gradcomp.torch as a package (issue 16): it exposes the public names of the single module it replaced, its modules
+import one another without cycles, and none is longer than 450 lines."""
+import ast
+import pathlib
+import types
+
+import gradcomp.torch as hvd
+
+# The public names of gradcomp.torch when it was one file (python/gradcomp/torch.py at 5f95e73: dir() without
+# underscores, less the modules it had imported: atexit, contextlib, dist, hashlib, os, socket, torch).
+PUBLIC = {
+    "Adasum", "Average", "CommError", "Compression", "CompressionSpec", "DistributedOptimizer", "Error", "HookState",
+    "InvalidArgument", "Sum", "Timeout", "allreduce", "allreduce_", "backend", "broadcast", "broadcast_",
+    "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "bucket_name", "bucket_segments",
+    "compressor", "ddp_comm_hook", "init", "is_initialized", "local_rank", "local_size", "make_spec", "rank",
+    "shutdown", "size",
+}
+
+
+def test_public_names_are_those_of_the_module_it_replaced():
+    names = {n for n in dir(hvd) if not n.startswith("_") and not isinstance(getattr(hvd, n), types.ModuleType)}
+    assert names == PUBLIC
+    assert sorted(hvd.__all__) == sorted(PUBLIC)
+
+
+def test_private_names_read_by_tests_and_benches_remain():
+    import gradcomp
+    assert hvd._C is gradcomp._gradcomp
+    assert hvd._ctx is hvd.context._ctx
+    assert callable(hvd._rendezvous_port) and callable(hvd._check_op)
+
+
+def _package_imports():
+    """{module: modules of the package it imports}, from each file's relative imports."""
+    pkg = pathlib.Path(hvd.__file__).resolve().parent
+    graph = {}
+    for path in sorted(pkg.glob("*.py")):
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                deps.update([node.module.split(".")[0]] if node.module else [a.name for a in node.names])
+        graph[path.stem] = deps
+    return pkg, graph
+
+
+def test_modules_have_no_import_cycles_and_stay_small():
+    pkg, graph = _package_imports()
+    assert {"context", "exchange", "launch", "backends", "collectives", "optimizer", "hook"} <= set(graph)
+    for name in graph:
+        lines = len((pkg / f"{name}.py").read_text().splitlines())
+        assert lines <= 450, f"gradcomp/torch/{name}.py has {lines} lines"
+    done, path = set(), []
+
+    def visit(name):
+        assert name not in path, f"import cycle: {' -> '.join(path + [name])}"
+        if name in done:
+            return
+        path.append(name)
+        for dep in graph.get(name, ()):
+            visit(dep)
+        path.pop()
+        done.add(name)
+
+    for name in graph:
+        visit(name)
