@@ -1,6 +1,7 @@
-// LowRankOps in host memory: plain loops (chunked over threads where they stream a whole gradient) and the BLAS's
-// cblas_sgemm (OpenBLAS from Debian, found by CMake's FindBLAS). The CBLAS entry point is declared here with its
-// C ABI so the build needs no particular cblas.h.
+// LowRankOps in host memory: plain loops (chunked over threads where they stream a whole gradient) over the element
+// functions of kernels/lowrank_ops.cuh (the ones the CUDA kernels call), and the BLAS's cblas_sgemm/sgemv (OpenBLAS
+// from Debian, found by CMake's FindBLAS). The CBLAS entry points are declared here with their C ABI so the build
+// needs no particular cblas.h.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include "gradcomp/error.h"
 #include "kernels/cpu_parallel.h"
 #include "kernels/half_ops.cuh"
+#include "kernels/lowrank_ops.cuh"
 #include "kernels/philox_ops.cuh"
 
 extern "C" void cblas_sgemm(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float* a,
@@ -74,33 +76,14 @@ class HostLowRankOps final : public LowRankOps {
                  bool accumulate) override {
     auto* base = static_cast<std::byte*>(out.data()) + offset * dtype_size(out.dtype());
     switch (out.dtype()) {
-      case DType::kF32: {
-        auto* dst = reinterpret_cast<float*>(base);
-        if (accumulate) {
-          chunked(n, [&](std::size_t i) { dst[i] += s * values[i]; });
-        } else if (s == 1.0f) {
-          if (dst != values) copy(dst, values, n);
-        } else {
-          chunked(n, [&](std::size_t i) { dst[i] = s * values[i]; });
+      case DType::kF32:
+        if (!accumulate && s == 1.0f) {  // a copy (NaN payloads included)
+          if (reinterpret_cast<float*>(base) != values) copy(reinterpret_cast<float*>(base), values, n);
+          return;
         }
-        return;
-      }
-      case DType::kF16: {
-        auto* dst = reinterpret_cast<std::uint16_t*>(base);
-        chunked(n, [&](std::size_t i) {
-          const float v = s * values[i];
-          dst[i] = kernels::float_to_half_bits(accumulate ? kernels::half_bits_to_float(dst[i]) + v : v);
-        });
-        return;
-      }
-      case DType::kBF16: {
-        auto* dst = reinterpret_cast<std::uint16_t*>(base);
-        chunked(n, [&](std::size_t i) {
-          const float v = s * values[i];
-          dst[i] = kernels::float_to_bf16_bits(accumulate ? kernels::bf16_bits_to_float(dst[i]) + v : v);
-        });
-        return;
-      }
+        return store<kernels::LowRankDType::kF32>(values, s, base, n, accumulate);
+      case DType::kF16: return store<kernels::LowRankDType::kF16>(values, s, base, n, accumulate);
+      case DType::kBF16: return store<kernels::LowRankDType::kBF16>(values, s, base, n, accumulate);
       default: throw InvalidArgument(fmt::format("powersgd: cannot write {}", out.describe()));
     }
   }
@@ -123,28 +106,29 @@ class HostLowRankOps final : public LowRankOps {
       return;
     }
     // Rank 1 (PowerSGD's default) is matrix-vector work: the BLAS's sgemm is 2-3x slower there than sgemv, and
-    // the outer product is one streaming pass.
-    if (m == 1) {
-      // C (1 x n) = alpha * a (1 x k) * op(B) + beta * C, i.e. y = op(B)^T a.
-      cblas_sgemv(kCblasRowMajor, trans_b ? kCblasNoTrans : kCblasTrans, blas_int(trans_b ? n : k, "rows"),
-                  blas_int(trans_b ? k : n, "columns"), alpha, b, blas_int(ldb, "leading dimension"), a,
-                  blas_int(trans_a ? lda : 1, "stride"), beta, c, 1);
-      return;
-    }
+    // the outer product is one streaming pass. k == 1 comes first: its element function is the CUDA kernel's too
+    // (kernels/lowrank_ops.cuh), so the outer product gives the same bits in both spaces.
     if (k == 1) {
       // C (m x n) = alpha * x y^T + beta * C with x = op(A)'s column, y = op(B)'s row.
       const std::size_t x_stride = trans_a ? 1 : lda, y_stride = trans_b ? ldb : 1;
       kernels::parallel_chunks(m, 64, threads_, [&](std::size_t, std::size_t begin, std::size_t end) {
         for (std::size_t i = begin; i < end; ++i) {
-          const float xi = alpha * a[i * x_stride];
+          const float xi = kernels::lowrank_outer_row(alpha, a[i * x_stride]);
           float* row = c + i * ldc;
-          if (beta == 0.0f) {
-            for (std::size_t j = 0; j < n; ++j) row[j] = xi * b[j * y_stride];
+          if (beta == 0.0f) {  // the old row is not read (NaN there is ignored)
+            for (std::size_t j = 0; j < n; ++j) row[j] = kernels::lowrank_outer(xi, b[j * y_stride]);
           } else {
-            for (std::size_t j = 0; j < n; ++j) row[j] = beta * row[j] + xi * b[j * y_stride];
+            for (std::size_t j = 0; j < n; ++j) row[j] = kernels::lowrank_outer(xi, b[j * y_stride], beta, row[j]);
           }
         }
       });
+      return;
+    }
+    if (m == 1) {
+      // C (1 x n) = alpha * a (1 x k) * op(B) + beta * C, i.e. y = op(B)^T a.
+      cblas_sgemv(kCblasRowMajor, trans_b ? kCblasNoTrans : kCblasTrans, blas_int(trans_b ? n : k, "rows"),
+                  blas_int(trans_b ? k : n, "columns"), alpha, b, blas_int(ldb, "leading dimension"), a,
+                  blas_int(trans_a ? lda : 1, "stride"), beta, c, 1);
       return;
     }
     cblas_sgemm(kCblasRowMajor, trans_a ? kCblasTrans : kCblasNoTrans, trans_b ? kCblasTrans : kCblasNoTrans,
@@ -172,13 +156,12 @@ class HostLowRankOps final : public LowRankOps {
   }
 
   std::size_t count_nonfinite(const float* x, std::size_t n, std::size_t& first) override {
-    // A branch-free count over the exponent bits (vectorizes); the first index only when there is one.
-    const auto* bits = reinterpret_cast<const std::uint32_t*>(x);
+    // A branch-free count (vectorizes); the first index only when there is one.
     std::size_t count = 0;
-    for (std::size_t i = 0; i < n; ++i) count += (bits[i] & 0x7f800000u) == 0x7f800000u;
+    for (std::size_t i = 0; i < n; ++i) count += kernels::lowrank_nonfinite(x[i]);
     first = n;
     for (std::size_t i = 0; count > 0 && i < n; ++i) {
-      if (!std::isfinite(x[i])) {
+      if (kernels::lowrank_nonfinite(x[i])) {
         first = i;
         break;
       }
@@ -187,17 +170,27 @@ class HostLowRankOps final : public LowRankOps {
   }
   void zero_nonfinite(float* x, std::size_t n) override {
     chunked(n, [&](std::size_t i) {
-      if (!std::isfinite(x[i])) x[i] = 0.0f;
+      if (kernels::lowrank_nonfinite(x[i])) x[i] = 0.0f;
     });
   }
   void fill_random(float* x, std::size_t n, std::uint64_t seed, std::uint64_t key, std::uint64_t step) override {
     const auto stream = kernels::PhiloxStream::make(seed, key, step);
-    for (std::size_t i = 0; i < n; ++i) x[i] = kernels::uniform01(stream.bits(i)) - 0.5f;
+    for (std::size_t i = 0; i < n; ++i) x[i] = kernels::lowrank_random(stream.bits(i));
   }
 
   void synchronize() override {}
 
  private:
+  // out[i] (=, or += when accumulate) s * values[i] in D, i < n (kernels::lowrank_store).
+  template <kernels::LowRankDType D>
+  void store(const float* values, float s, std::byte* out, std::size_t n, bool accumulate) {
+    auto* dst = reinterpret_cast<kernels::LowRankElement<D>*>(out);
+    if (accumulate) {
+      chunked(n, [&](std::size_t i) { kernels::lowrank_store<D>(dst[i], values[i], s, true); });
+    } else {
+      chunked(n, [&](std::size_t i) { kernels::lowrank_store<D>(dst[i], values[i], s, false); });
+    }
+  }
   // Sum of a[i] * b[i] in double (the order is fixed: results do not depend on threads).
   static double dot(const float* a, const float* b, std::size_t n) {
     double sum = 0.0;

@@ -1,5 +1,6 @@
 // LowRankOps on one CUDA device (compressors/lowrank_ops.h): kernels from kernels/lowrank_cuda.h and
-// kernels/common_cuda.h, and cuBLAS's sgemm, all enqueued on the stream of the tensor the ops were made for. Only
+// kernels/common_cuda.h, and cuBLAS's sgemm (but for k == 1, an outer-product kernel), all enqueued on the stream of
+// the tensor the ops were made for. Only
 // download(), count_nonfinite() and synchronize() wait for the device (and upload() from page-locked host memory,
 // so that the caller may reuse its buffer on return, as with the host ops).
 //
@@ -258,6 +259,10 @@ class CudaLowRankOps final : public LowRankOps {
                    trans_a ? "transposed " : "");
     GRADCOMP_CHECK(ldb >= b_cols, "cuda_lowrank_ops: gemm ldb {} < {} (the columns of {}B)", ldb, b_cols,
                    trans_b ? "transposed " : "");
+    if (k == 1) {  // an outer product: the host's element function, so the host's bits (kernels/lowrank_ops.cuh)
+      kernels::launch_lowrank_outer(c, m, n, ldc, alpha, a, trans_a ? 1 : lda, b, trans_b ? ldb : 1, beta, stream_);
+      return;
+    }
     const int im = blas_int(m, "rows"), in = blas_int(n, "columns"), ik = blas_int(k, "inner dimension");
     const int ilda = blas_int(lda, "leading dimension"), ildb = blas_int(ldb, "leading dimension"),
               ildc = blas_int(ldc, "leading dimension");

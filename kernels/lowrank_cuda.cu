@@ -5,7 +5,7 @@
 
 #include "kernels/common_cuda.h"
 #include "kernels/cuda_check.h"
-#include "kernels/half_ops.cuh"
+#include "kernels/lowrank_ops.cuh"
 #include "kernels/philox_ops.cuh"
 
 namespace gradcomp::kernels {
@@ -14,7 +14,7 @@ namespace {
 constexpr unsigned kThreads = 256;
 constexpr unsigned kWarps = kThreads / 32;
 
-// ---- element loops (the host loops of compressors/lowrank_ops_cpu.cc, element for element) -------------------------
+// ---- element loops (the host loops of compressors/lowrank_ops_cpu.cc: the same kernels/lowrank_ops.cuh functions) --
 
 __global__ void __launch_bounds__(kThreads) add_kernel(float* y, const float* x, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
@@ -33,19 +33,10 @@ __global__ void __launch_bounds__(kThreads) scale_kernel(float* x, std::size_t n
 template <LowRankDType D>
 __global__ void __launch_bounds__(kThreads)
     store_kernel(const float* values, float s, void* out, std::size_t n, bool accumulate) {
+  auto* dst = static_cast<LowRankElement<D>*>(out);
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    const float v = s * values[i];
-    if constexpr (D == LowRankDType::kF32) {
-      float* dst = static_cast<float*>(out);
-      dst[i] = accumulate ? dst[i] + v : v;
-    } else if constexpr (D == LowRankDType::kF16) {
-      auto* dst = static_cast<std::uint16_t*>(out);
-      dst[i] = float_to_half_bits(accumulate ? half_bits_to_float(dst[i]) + v : v);
-    } else {
-      auto* dst = static_cast<std::uint16_t*>(out);
-      dst[i] = float_to_bf16_bits(accumulate ? bf16_bits_to_float(dst[i]) + v : v);
-    }
+    lowrank_store<D>(dst[i], values[i], s, accumulate);
   }
 }
 
@@ -58,7 +49,7 @@ __global__ void __launch_bounds__(kThreads) fill_random_kernel(float* x, std::si
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const std::size_t i = 4 * q + static_cast<std::size_t>(j);
-      if (i < n) x[i] = uniform01(draw.v[j]) - 0.5f;
+      if (i < n) x[i] = lowrank_random(draw.v[j]);
     }
   }
 }
@@ -73,6 +64,20 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Row i of the outer product in blocks along y (rows strided by gridDim.y), its columns over x.
+__global__ void __launch_bounds__(kThreads)
+    outer_kernel(float* c, std::size_t m, std::size_t n, std::size_t ldc, float alpha, const float* x,
+                 std::size_t x_stride, const float* y, std::size_t y_stride, float beta) {
+  for (std::size_t i = blockIdx.y; i < m; i += gridDim.y) {
+    const float xi = lowrank_outer_row(alpha, x[i * x_stride]);
+    float* row = c + i * ldc;
+    for (std::size_t j = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; j < n;
+         j += std::size_t{gridDim.x} * blockDim.x) {
+      row[j] = beta == 0.0f ? lowrank_outer(xi, y[j * y_stride]) : lowrank_outer(xi, y[j * y_stride], beta, row[j]);
+    }
+  }
+}
+
 // result[0] += NaN/Inf count, result[1] = min(result[1], first NaN/Inf index). A grid-stride loop visits a thread's
 // indices in increasing order, so its first hit is its smallest; every thread reaches the full-warp shuffles.
 __global__ void __launch_bounds__(kThreads)
@@ -80,7 +85,7 @@ __global__ void __launch_bounds__(kThreads)
   unsigned long long count = 0, first = ~0ull;
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
        i += std::size_t{gridDim.x} * blockDim.x) {
-    if (!isfinite(x[i])) {
+    if (lowrank_nonfinite(x[i])) {
       if (count == 0) first = i;
       ++count;
     }
@@ -300,6 +305,19 @@ void launch_lowrank_scale_matrix(float* c, std::size_t m, std::size_t n, std::si
                                  cudaStream_t stream) {
   if (m == 0 || n == 0) return;
   scale_matrix_kernel<<<grid_for(m * n, kThreads, scale_matrix_kernel), kThreads, 0, stream>>>(c, m, n, ldc, beta);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+void launch_lowrank_outer(float* c, std::size_t m, std::size_t n, std::size_t ldc, float alpha, const float* x,
+                         std::size_t x_stride, const float* y, std::size_t y_stride, float beta, cudaStream_t stream) {
+  if (m == 0 || n == 0) return;
+  // As many blocks as a grid-stride kernel over m * n elements gets: across the columns first, the rest over rows.
+  constexpr std::size_t kMaxGridY = 65535;
+  const std::size_t blocks = grid_for(m * n, kThreads, outer_kernel);
+  const std::size_t grid_x = std::min((n + kThreads - 1) / kThreads, blocks);
+  const std::size_t grid_y = std::min({m, std::max<std::size_t>(1, blocks / grid_x), kMaxGridY});
+  const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
+  outer_kernel<<<grid, kThreads, 0, stream>>>(c, m, n, ldc, alpha, x, x_stride, y, y_stride, beta);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 

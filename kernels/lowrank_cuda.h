@@ -1,7 +1,8 @@
 // Launchers of the CUDA kernels behind compressors/lowrank_ops_cuda.cc (the CUDA LowRankOps of PowerSGD): element
-// loops that give the host loops' bits (compressors/lowrank_ops_cpu.cc), Gram-Schmidt over a few long rows, and the
-// NaN/Inf search. Every launcher enqueues on `stream`, allocates nothing and checks cudaPeekAtLastError after each
-// launch; none synchronizes. CUDA builds only.
+// loops over kernels/lowrank_ops.cuh's functions, which the host loops (compressors/lowrank_ops_cpu.cc) call too, so
+// both give the same bits; the k == 1 matrix product (an outer product, likewise); Gram-Schmidt over a few long rows;
+// and the NaN/Inf search. Every launcher enqueues on `stream`, allocates nothing and checks cudaPeekAtLastError
+// after each launch; none synchronizes. CUDA builds only.
 #pragma once
 
 #include <cstddef>
@@ -9,26 +10,28 @@
 
 #include <cuda_runtime_api.h>
 
-namespace gradcomp::kernels {
+#include "kernels/lowrank_ops.cuh"
 
-// Element type of a tensor that store_f32 writes (the values of gradcomp::DType for f32, f16 and bf16).
-enum class LowRankDType : std::uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+namespace gradcomp::kernels {
 
 // y[i] = y[i] + x[i], n elements.
 void launch_lowrank_add(float* y, const float* x, std::size_t n, cudaStream_t stream);
 // x[i] = x[i] * s, n elements (also for s == 1: callers that want the host's "s == 1 is a no-op" skip the call).
 void launch_lowrank_scale(float* x, std::size_t n, float s, cudaStream_t stream);
-// out[i] (=, or += when accumulate) s * values[i], rounded to `dtype` (round to nearest even, kernels/half_ops.cuh);
-// `out` points at element 0 of the range (n elements of dtype). Accumulation rounds once: the old value read as
-// float, plus s * values[i] (itself rounded to float), rounded to dtype.
+// out[i] (=, or += when accumulate) s * values[i], rounded to `dtype` (kernels::lowrank_store); `out` points at
+// element 0 of the range (n elements of dtype).
 void launch_lowrank_store(const float* values, float s, void* out, LowRankDType dtype, std::size_t n, bool accumulate,
                           cudaStream_t stream);
-// x[i] = uniform01(stream.bits(i)) - 0.5f of PhiloxStream::make(seed, key, step) (kernels/philox_ops.cuh).
+// x[i] = lowrank_random(stream.bits(i)) of PhiloxStream::make(seed, key, step) (kernels/philox_ops.cuh).
 void launch_lowrank_fill_random(float* x, std::size_t n, std::uint64_t seed, std::uint64_t key, std::uint64_t step,
                                 cudaStream_t stream);
 // C (m x n, row-major, leading dimension ldc) = (beta == 0 ? 0 : beta * C): the k == 0 case of a matrix product.
 void launch_lowrank_scale_matrix(float* c, std::size_t m, std::size_t n, std::size_t ldc, float beta,
                                  cudaStream_t stream);
+// C (m x n, row-major, leading dimension ldc) = alpha x y^T + beta C, the k == 1 case of a matrix product: x_i =
+// x[i * x_stride], y_j = y[j * y_stride], each element kernels::lowrank_outer (beta 0 does not read C).
+void launch_lowrank_outer(float* c, std::size_t m, std::size_t n, std::size_t ldc, float alpha, const float* x,
+                         std::size_t x_stride, const float* y, std::size_t y_stride, float beta, cudaStream_t stream);
 
 // Device bytes launch_find_nonfinite writes: result[0] = the count of NaN/Inf, result[1] = the smallest index of one
 // (ULLONG_MAX when none).
