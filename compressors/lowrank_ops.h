@@ -1,8 +1,14 @@
 // The kernels of one PowerSGD step, in one memory space: host memory (loops and BLAS) or one CUDA device (kernels
-// and cuBLAS, ordered on one stream). compressors/powersgd.cc writes the step once against this interface; the CPU
-// tests run the very code the device path runs, only these operations differ.
+// and cuBLAS, ordered on one stream). compressors/powersgd_step.cc writes the step once against this interface; the
+// CPU tests run the very code the device path runs, only these operations differ. The element math of both spaces is
+// kernels/lowrank_ops.cuh's.
 //
 // Matrices are row-major. Every pointer is memory of this space unless said otherwise.
+//
+// Ordering: the CUDA ops only enqueue work on their stream (the tensor's), except where a function below says it
+// waits. Work is ordered within one ops object's stream; memory written there and read through another stream
+// (another ops object, the legacy default stream, the host) needs synchronize() first. compressed_allreduce does
+// that for the codec: it synchronizes the tensor's stream before it returns (powersgd_codec.h).
 #pragma once
 
 #include <cstddef>
@@ -62,8 +68,11 @@ class LowRankOps {
   virtual void copy(float* dst, const float* src, std::size_t n) = 0;
   // dst[i] = 0.
   virtual void fill_zero(float* dst, std::size_t n) = 0;
-  // Host -> this space, and this space -> host (returns when the values are in `host`).
+  // Host -> this space. Returns when `host` may be reused or freed (the values are copied out of it: the CUDA ops
+  // wait for a copy from page-locked memory; one from pageable memory is staged by the driver before the call
+  // returns); the copy into `dst` may still be queued, ordered before later work of this space.
   virtual void upload(float* dst, const float* host, std::size_t n) = 0;
+  // This space -> host. Waits for the work queued before it; returns when the values are in `host`.
   virtual void download(float* host, const float* src, std::size_t n) = 0;
 
   // out[i] = float(in[offset + i]) for i < n; `in` is f32, f16 or bf16 in this space.
@@ -86,13 +95,16 @@ class LowRankOps {
   virtual void orthonormalize_rows(float* v, std::size_t rows, std::size_t cols, float eps) = 0;
 
   // Count of NaN/Inf values among x[0, n); `first` receives the smallest such index (n when none).
+  // Waits for the result (a CUDA stream synchronization).
   virtual std::size_t count_nonfinite(const float* x, std::size_t n, std::size_t& first) = 0;
   // x[i] = 0 where x[i] is NaN or Inf.
   virtual void zero_nonfinite(float* x, std::size_t n) = 0;
-  // x[i] = uniform01(bits(i)) - 0.5 of the Philox stream (seed, key, step): the same values on host and device.
+  // x[i] = kernels::lowrank_random(bits(i)) of the Philox stream (seed, key, step): uniform in [-0.5, 0.5), the
+  // same values on host and device.
   virtual void fill_random(float* x, std::size_t n, std::uint64_t seed, std::uint64_t key, std::uint64_t step) = 0;
 
-  // Waits until everything queued in this space is done (before a communicator or the host reads its buffers).
+  // Waits until everything queued on this ops object's stream is done (before a communicator, the host or another
+  // stream reads its buffers). Nothing to wait for on the host.
   virtual void synchronize() = 0;
 };
 

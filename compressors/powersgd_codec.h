@@ -28,6 +28,18 @@ struct Options {
 };
 
 // One tensor's state, in the memory space of the last call that used it (host, or one CUDA device).
+//
+// Streams: a step on a CUDA tensor queues its work on the tensor's stream (the LowRankOps that begin_rounds() makes
+// for it), and nothing in the step waits for all of it. compressed_allreduce synchronizes that stream before it
+// returns (space.synchronize() at the end of compressed_allreduce, comm/algorithms/compressed_allreduce.cc, on the
+// memory space made for the same tensor, hence the same stream; run_rounds also synchronizes before each round's
+// allreduce), and a step that ends without commit synchronizes after taking the gradient back out of the residuals
+// (Step::undo), so the state is complete when compressed_allreduce returns or throws. That is what save_state()
+// and relocate() rely on: they read the buffers through other ops (the device's legacy default stream, which does
+// not wait for a non-blocking stream), and a later step may run on another stream. Code that drives
+// begin_rounds() itself must synchronize the tensor's stream before either. compress() takes host tensors only (it
+// throws for CUDA tensors), so it leaves nothing queued; a CUDA compress() would have to download the factors
+// before writing the payload and synchronize before it returns.
 struct TensorState {
   std::uint64_t numel = 0;
   std::uint64_t rows = 0;

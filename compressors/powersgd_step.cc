@@ -296,6 +296,9 @@ void Step::undo() noexcept {
       ops_.scale(residual, block.numel, -1.0f);
       block.applied = false;
     }
+    // The error skips compressed_allreduce's closing synchronization: finish here, so that the state is complete
+    // for save_state() and relocate(), which read it on other streams (powersgd_codec.h).
+    ops_.synchronize();
   } catch (...) {
     // The device is gone too (the error that stopped the step): nothing left to restore.
   }
