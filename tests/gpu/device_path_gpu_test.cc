@@ -2,12 +2,10 @@
 // tensors over a communicator that takes device memory (the in-process backend behind comm::stage_device_memory)
 // give the same bits as the host path on the same inputs, never stage the tensor, and a CUDA tensor on a
 // communicator without device memory is staged once per call and counted. Without a CUDA device: SKIPPED (77).
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <mutex>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -16,6 +14,7 @@
 #include "gradcomp/registry.h"
 #include "gradcomp/runtime.h"
 #include "tests/comm/local_harness.h"
+#include "tests/gpu/device_path_util.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace gradcomp {
@@ -23,16 +22,9 @@ namespace {
 
 using testing::DeviceArray;
 using testing::run_ranks;
+using testing::values_of;
 
 constexpr int kRanks = 3;
-
-std::vector<float> values_of(int rank, std::size_t tensor, std::size_t n, int step) {
-  std::mt19937 rng(static_cast<unsigned>(97 * rank + 13 * tensor + step));
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> values(n);
-  for (float& v : values) v = normal(rng);
-  return values;
-}
 
 class DevicePath : public ::testing::TestWithParam<const char*> {};
 
@@ -93,38 +85,15 @@ TEST(DevicePathStaging, IsCountedWhenTheCommunicatorCannotTakeDeviceMemory) {
 // The fused Runtime on CUDA tensors (three tensors, one device fusion buffer, device_comm): same results and
 // residuals as a Runtime on the host tensors.
 TEST(DevicePathRuntime, FusedCudaTensorsMatchTheHostRuntime) {
-  const std::vector<std::size_t> sizes = {5000, 70001, 1234};
+  const std::vector<testing::RuntimeTensor> tensors = {{5000}, {70001}, {1234}};
   for (const char* spec : {"topk:ratio=0.05", "qsgd:bits=4", "fp16"}) {
     run_ranks(kRanks, [&](Communicator& comm) {
-      auto device_comm = comm::stage_device_memory(comm);
-      RuntimeOptions host_options;
-      host_options.timeline_path = "";
-      host_options.cycle_time_ms = 50;
-      host_options.idle_cycle_max_ms = 0;
-      RuntimeOptions device_options = host_options;
-      device_options.device_comm = device_comm.get();
-      Runtime host_rt(comm, host_options);
-      std::vector<std::vector<float>> host(sizes.size());
-      std::vector<std::unique_ptr<DeviceArray<float>>> device;
-      for (std::size_t t = 0; t < sizes.size(); ++t) {
-        host[t] = values_of(comm.rank(), t, sizes[t], 0);
-        device.push_back(std::make_unique<DeviceArray<float>>(host[t]));
-        host_rt.allreduce_async(fmt::format("t{}", t), TensorView::of(std::span<float>(host[t])), spec);
-      }
-      host_rt.synchronize();
-      host_rt.shutdown();
-      Runtime device_rt(comm, device_options);
-      for (std::size_t t = 0; t < sizes.size(); ++t) {
-        device_rt.allreduce_async(fmt::format("t{}", t),
-                                  TensorView(device[t]->data(), sizes[t], DType::kF32, Device::cuda(0)), spec);
-      }
-      device_rt.synchronize();
-      const RuntimeStats stats = device_rt.stats();
-      EXPECT_EQ(stats.staged_bytes, 0u);
-      EXPECT_EQ(stats.buffers.back().tensors, sizes.size()) << "the three CUDA tensors should share one buffer";
-      for (std::size_t t = 0; t < sizes.size(); ++t) {
-        const auto got = device[t]->download();
-        EXPECT_EQ(std::memcmp(got.data(), host[t].data(), sizes[t] * sizeof(float)), 0)
+      const testing::RuntimePair run = testing::run_host_and_device_runtimes(comm, spec, tensors);
+      EXPECT_EQ(run.device_stats.staged_bytes, 0u);
+      EXPECT_EQ(run.device_stats.buffers.back().tensors, tensors.size())
+          << "the three CUDA tensors should share one buffer";
+      for (std::size_t t = 0; t < tensors.size(); ++t) {
+        EXPECT_EQ(std::memcmp(run.device[t].data(), run.host[t].data(), tensors[t].numel * sizeof(float)), 0)
             << spec << " tensor t" << t << " rank " << comm.rank();
       }
     });

@@ -36,6 +36,19 @@ class DeviceArray {
     return host;
   }
   std::vector<T> download() const { return download(count_); }
+  // Copies in the order of `stream`, waiting for them: a plain cudaMemcpy runs on the legacy default stream, which a
+  // non-blocking stream does not wait for (and from pageable memory it may return before its DMA is done).
+  void upload(const std::vector<T>& host, cudaStream_t stream) {
+    GRADCOMP_CUDA_CHECK(
+        cudaMemcpyAsync(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
+    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
+  std::vector<T> download(cudaStream_t stream) const {
+    std::vector<T> host(count_);
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(host.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost, stream));
+    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return host;
+  }
   T* data() const { return static_cast<T*>(data_); }
   std::size_t size() const { return count_; }
 
