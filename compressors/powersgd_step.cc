@@ -62,10 +62,17 @@ Step::Step(const Options& options, StateMap& states, Scratch& scratch, LowRankOp
   seed_key_ = options.seed;
   world_size_ = ctx.world_size;
   compress_ = ctx.step >= options.start_step;
-  plan(tensor, ctx);
-  scan(ctx);
-  for (Block& block : blocks_) {
-    if (block.rank > 0) prepare_state(block, ctx.rank);
+  try {
+    plan(tensor, ctx);
+    scan(ctx);
+    for (Block& block : blocks_) {
+      if (block.rank > 0) prepare_state(block, ctx.rank);
+    }
+  } catch (...) {
+    // Refused before any state changed; an f16/bf16 conversion may still be queued into the per-device scratch that
+    // the next call (perhaps on another stream) reuses: let it finish.
+    ops_.synchronize();
+    throw;
   }
   try {
     build_round1();
