@@ -1,15 +1,9 @@
 #include "compressors/onebit.h"
 
 #include <cmath>
-#include <cstring>
-#include <limits>
 #include <vector>
 
-#include "compressors/error_feedback.h"
-#include "compressors/quantize_common.h"
-#include "gradcomp/error.h"
-#include "kernels/bucket_reduce.h"
-#include "kernels/cpu_parallel.h"
+#include "compressors/bucket_quantizer.h"
 #include "kernels/onebit_ops.cuh"
 #include "kernels/stream_store.h"
 
@@ -19,14 +13,6 @@
 
 namespace gradcomp {
 namespace {
-
-std::vector<ParamSpec> onebit_params() {
-  std::vector<ParamSpec> params = {
-      quantize::bucket_param("512", 8, "values per scale (a multiple of 8); scale = mean |v| of the bucket"),
-  };
-  for (auto& common : lossy_common_params()) params.push_back(std::move(common));
-  return params;
-}
 
 // Mean |v| of a bucket; recomputed in double when the f32 sum overflows.
 float mean_abs(const kernels::BucketStats& s, const float* g, const float* r, std::size_t n) {
@@ -57,9 +43,10 @@ void encode_signs(const float* g, const float* r, float* r_out, std::size_t n, f
 #else
   (void)stream;
 #endif
-  for (; k < groups; ++k) {
+  for (; 8 * k < n; ++k) {  // no AVX2, and the last (partial) group
+    const std::size_t lanes = n - 8 * k < 8 ? n - 8 * k : 8;
     std::uint32_t byte = 0;
-    for (std::size_t j = 0; j < 8; ++j) {
+    for (std::size_t j = 0; j < lanes; ++j) {
       const std::size_t i = 8 * k + j;
       const float v = r ? g[i] + r[i] : g[i];
       const std::uint32_t bit = kernels::onebit_encode(v);
@@ -67,17 +54,6 @@ void encode_signs(const float* g, const float* r, float* r_out, std::size_t n, f
       if (r) r_out[i] = v - kernels::onebit_decode(bit, scale);
     }
     bits[k] = static_cast<std::uint8_t>(byte);
-  }
-  if (const std::size_t rest = n % 8) {
-    std::uint32_t byte = 0;
-    for (std::size_t j = 0; j < rest; ++j) {
-      const std::size_t i = 8 * groups + j;
-      const float v = r ? g[i] + r[i] : g[i];
-      const std::uint32_t bit = kernels::onebit_encode(v);
-      byte |= bit << j;
-      if (r) r_out[i] = v - kernels::onebit_decode(bit, scale);
-    }
-    bits[groups] = static_cast<std::uint8_t>(byte);
   }
 }
 
@@ -101,124 +77,45 @@ void decode_signs(const std::uint8_t* bits, std::size_t n, float scale, float* o
   }
 }
 
-class OneBitCompressor final : public ErrorFeedbackCompressor {
- public:
-  explicit OneBitCompressor(const Params& params)
-      : ErrorFeedbackCompressor("onebit", payload::CodecId::kOneBit, onebit_compressor_info().traits,
-                                onebit_params(), params),
-        bucket_(static_cast<std::size_t>(params.get_int("bucket"))) {}
+// 1-bit's rules: scale mean |v| per bucket; one sign bit per value, decoded to +-scale (deterministic).
+struct OneBitPolicy {
+  static constexpr std::string_view kName = "onebit";
+  static quantize::BucketLayout layout(const Params& params) { return onebit_layout(params); }
 
-  std::size_t max_payload_bytes(std::size_t numel) const override {
-    return payload::total_bytes(header_for(numel, DType::kF32));
+  explicit OneBitPolicy(const Params&) {}
+
+  kernels::BucketStats stats(const float* g, const float* r, std::size_t n) const {
+    return kernels::bucket_stats<kernels::kStatAbs>(g, r, n);
+  }
+  float scale(const kernels::BucketStats& s, const float* g, const float* r, std::size_t n) const {
+    return mean_abs(s, g, r, n);
   }
 
- protected:
-  // The bucket statistics already flag non-finite values, so the base's separate scan is folded into encode().
-  bool fuses_nonfinite_scan() const override { return true; }
-
-  std::size_t encode(const EncodeArgs& args, std::span<std::byte> out, CompressStats& stats) override {
-    const std::size_t n = args.numel;
-    payload::Header header = header_for(n, args.original_dtype);
-    GRADCOMP_CHECK(out.size() >= payload::total_bytes(header), "onebit: output buffer of {} bytes is too small ({})",
-                   out.size(), payload::total_bytes(header));
-    std::byte* scales = out.data() + payload::section_offset(header, 0);
-    auto* bits = reinterpret_cast<std::uint8_t*>(out.data() + payload::section_offset(header, 1));
-    const float prescale = args.ctx->prescale;
-    const std::size_t chunk = quantize::bucket_chunk(bucket_);
-    const std::size_t chunks = (n + chunk - 1) / chunk;
-    std::vector<std::uint8_t> bad(chunks, 0);
-    std::vector<std::size_t> bad_count(chunks, 0), bad_first(chunks, n);
-    float* const residual_out = args.residual_out ? args.residual_out : args.residual;
-    const bool stream_out = args.residual_out && kernels::use_stream_stores(residual_out, n, false);
-    kernels::parallel_chunks(n, chunk, args.threads, [&](std::size_t k, std::size_t begin, std::size_t end) {
-      for (std::size_t b0 = begin; b0 < end; b0 += bucket_) {
-        const std::size_t m = std::min(end, b0 + bucket_) - b0;
-        const float* g = args.grad + b0;
-        const float* r = args.residual ? args.residual + b0 : nullptr;
-        float* r_out = args.residual ? residual_out + b0 : nullptr;
-        const auto s = kernels::bucket_stats<kernels::kStatAbs>(g, r, m);
-        float wire = 0.0f;
-        if (s.nonfinite) {
-          // nonfinite=pass: NaN scale (the bucket decodes to NaN), residual keeps the finite part of v.
-          wire = std::numeric_limits<float>::quiet_NaN();
-          bad[k] = 1;
-          kernels::count_nonfinite_range(args.grad, b0, b0 + m, bad_count[k], bad_first[k]);
-          if (r) {
-            for (std::size_t i = 0; i < m; ++i) {
-              const float v = g[i] + r[i];
-              r_out[i] = std::isfinite(v) ? v : 0.0f;
-            }
-          }
-          std::memset(bits + b0 / 8, 0, (m + 7) / 8);
-        } else {
-          const float scale = mean_abs(s, g, r, m);
-          wire = scale * prescale;
-          encode_signs(g, r, r_out, m, scale, bits + b0 / 8, stream_out);
-        }
-        std::memcpy(scales + (b0 / bucket_) * sizeof(float), &wire, sizeof(float));
-      }
-      kernels::stream_fence(stream_out);
-    });
-    for (const auto flag : bad) header.flags |= flag ? quantize::kFlagNonFinite : 0;
-    const auto tally = quantize::combine_nonfinite(bad_count, bad_first, n);
-    stats.nonfinite = tally.count;
-    if (args.first_nonfinite) *args.first_nonfinite = tally.first;
-    stats.selected = n;
-    return payload::write_header(header, out);
+  // No per-call state: the policy codes the signs itself.
+  const OneBitPolicy& coder(const EncodeArgs&) const { return *this; }
+  void quantize(const float* g, const float* r, float* r_out, std::size_t begin, std::size_t end, float scale,
+                std::uint8_t* packed, bool stream_out) const {
+    encode_signs(g + begin, r ? r + begin : nullptr, r ? r_out + begin : nullptr, end - begin, scale,
+                 packed + begin / 8, stream_out);
   }
-
-  void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) override {
-    const payload::Header expected = header_for(numel, DType::kF32);
-    quantize::check_header(view, "onebit", expected.param0, expected.param1, quantize::kFlagNonFinite, 2);
-    const std::size_t buckets = quantize::bucket_count(numel, bucket_);
-    quantize::check_section(view, "onebit", 1, expected.section_bytes[1], "sign-bit");
-    scales_.resize(buckets);
-    quantize::read_scales(view, "onebit", 0, buckets, scales_.data());
-    const auto* bits = reinterpret_cast<const std::uint8_t*>(view.sections[1].data());
-    const bool stream = kernels::use_stream_stores(out, numel, accumulate);
-    kernels::parallel_chunks(numel, quantize::bucket_chunk(bucket_), threads(),
-                             [&](std::size_t, std::size_t begin, std::size_t end) {
-                               for (std::size_t b0 = begin; b0 < end; b0 += bucket_) {
-                                 decode_signs(bits + b0 / 8, std::min(end, b0 + bucket_) - b0, scales_[b0 / bucket_],
-                                              out + b0, accumulate, stream);
-                               }
-                               kernels::stream_fence(stream);
-                             });
+  void decode(const std::uint8_t* packed, std::size_t begin, std::size_t end, float scale, float* out, bool accumulate,
+              bool stream) const {
+    decode_signs(packed + begin / 8, end - begin, scale, out + begin, accumulate, stream);
   }
-
- private:
-  payload::Header header_for(std::size_t numel, DType dtype) const {
-    payload::Header header;
-    header.codec = payload::CodecId::kOneBit;
-    header.numel = numel;
-    header.dtype = dtype;
-    header.section_count = 2;
-    header.section_bytes[0] = quantize::bucket_count(numel, bucket_) * sizeof(float);
-    header.section_bytes[1] = (numel + 7) / 8;
-    header.param0 = static_cast<std::uint32_t>(bucket_);
-    header.param1 = 1;
-    return header;
-  }
-
-  std::size_t bucket_;
-  std::vector<float> scales_;
 };
 
 }  // namespace
 
+quantize::BucketLayout onebit_layout(const Params& params) {
+  const auto bucket = static_cast<std::size_t>(params.get_int("bucket"));
+  return {payload::CodecId::kOneBit, OneBitPolicy::kName, 1, bucket, static_cast<std::uint32_t>(bucket), 1,
+          "sign-bit"};
+}
+
 CompressorInfo onebit_compressor_info() {
-  CompressorInfo info;
-  info.name = "onebit";
-  info.summary = "1-bit / EF-signSGD: sign bits + mean |v| per bucket (Seide et al. 2014, Karimireddy et al. 2019)";
-  info.traits.requantizable = true;
-  info.traits.lossy = true;
-  info.traits.wire_dtype = DType::kU8;
-  info.params = onebit_params();
-  info.factory = [](const Params& params) -> std::unique_ptr<Compressor> {
-    quantize::check_bucket_multiple("onebit", params.get_int("bucket"), false);
-    return std::make_unique<OneBitCompressor>(params);
-  };
-  return info;
+  return quantize::bucket_quantizer_info<OneBitPolicy>(
+      "1-bit / EF-signSGD: sign bits + mean |v| per bucket (Seide et al. 2014, Karimireddy et al. 2019)",
+      {quantize::bucket_param("512", 8, "values per scale (a multiple of 8); scale = mean |v| of the bucket")});
 }
 
 }  // namespace gradcomp

@@ -3,10 +3,15 @@
 // bucket, section 1 = sign bits (LSB first). Requantizable, lossy (biased; error feedback corrects it).
 #pragma once
 
+#include "compressors/quantize_common.h"
 #include "gradcomp/registry.h"
 
 namespace gradcomp {
 
 CompressorInfo onebit_compressor_info();
+
+// The payload layout of onebit with `params` (validated by the registry): 1-bit codes, param0 = bucket, param1 = 1.
+// Shared by the CPU codec and its CUDA backend.
+quantize::BucketLayout onebit_layout(const Params& params);
 
 }  // namespace gradcomp

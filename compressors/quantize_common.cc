@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gradcomp/error.h"
+#include "kernels/bitpack_ops.cuh"
 #include "kernels/cpu_parallel.h"
 
 namespace gradcomp::quantize {
@@ -59,6 +60,33 @@ void read_scales(const payload::View& view, std::string_view codec, std::size_t 
     GRADCOMP_CHECK_AS(CorruptPayload, ok, "corrupt '{}' payload: bucket {} has scale {} (must be finite and >= 0{})",
                       codec, b, scale, nan_ok ? ", or NaN" : "");
   }
+}
+
+std::size_t BucketLayout::effective_bucket(std::size_t numel) const {
+  return bucket ? bucket : std::max<std::size_t>(numel, 1);
+}
+
+std::size_t BucketLayout::chunk() const { return bucket ? bucket_chunk(bucket) : kernels::kParallelChunk; }
+
+payload::Header BucketLayout::header(std::size_t numel, DType dtype) const {
+  payload::Header header;
+  header.codec = codec;
+  header.numel = numel;
+  header.dtype = dtype;
+  header.section_count = 2;
+  header.section_bytes[0] = bucket_count(numel, effective_bucket(numel)) * sizeof(float);
+  header.section_bytes[1] = kernels::packed_bytes(numel, bits);
+  header.param0 = param0;
+  header.param1 = param1;
+  return header;
+}
+
+std::size_t BucketLayout::check(const payload::View& view, std::size_t numel) const {
+  check_header(view, name, param0, param1, kFlagNonFinite, 2);
+  check_section(view, name, 1, kernels::packed_bytes(numel, bits), code_section);
+  const std::size_t buckets = bucket_count(numel, effective_bucket(numel));
+  check_section(view, name, 0, buckets * sizeof(float), "scale");
+  return buckets;
 }
 
 ParamSpec bucket_param(std::string default_value, double min, std::string help) {

@@ -45,6 +45,30 @@ void check_section(const payload::View& view, std::string_view codec, std::size_
 void read_scales(const payload::View& view, std::string_view codec, std::size_t section, std::size_t count,
                  float* out);
 
+// The payload of a bucketed quantizer (qsgd, terngrad, onebit) for one configuration: header params, section 0 = one
+// f32 scale per bucket, section 1 = `bits`-bit codes. Each codec builds it from its parameters (<codec>_layout() in
+// compressors/<codec>.h); its CPU skeleton (compressors/bucket_quantizer.h) and its CUDA backend
+// (compressors/quantize_cuda.cc) both take header and validation from it, so they write and accept the same bytes.
+struct BucketLayout {
+  payload::CodecId codec = payload::CodecId::kCustom;
+  std::string_view name;          // the codec's registry name, for messages
+  unsigned bits = 0;              // code width
+  std::size_t bucket = 0;         // values per scale; 0 = one scale for the whole tensor
+  std::uint32_t param0 = 0, param1 = 0;
+  std::string_view code_section;  // what section 1 is called in messages ("packed-level", "sign-bit", ...)
+
+  // The bucket covering `numel` values: `bucket`, or numel (at least 1) for one scale.
+  std::size_t effective_bucket(std::size_t numel) const;
+  // The CPU loops' parallel chunk: whole buckets (bucket_chunk), or kernels::kParallelChunk for one scale.
+  std::size_t chunk() const;
+  // The header of a payload of `numel` values whose original type is `dtype`.
+  payload::Header header(std::size_t numel, DType dtype) const;
+  // Throws CorruptPayload unless the header (check_header), the code section and the scale section's size match
+  // what this layout writes for `numel`; returns the number of buckets (scale values are checked by read_scales or
+  // the CUDA backend).
+  std::size_t check(const payload::View& view, std::size_t numel) const;
+};
+
 // Parameter declarations shared by the bucketed codecs.
 ParamSpec bucket_param(std::string default_value, double min, std::string help);
 ParamSpec seed_param();

@@ -4,10 +4,15 @@
 // sign-magnitude codes. Requantizable, lossy.
 #pragma once
 
+#include "compressors/quantize_common.h"
 #include "gradcomp/registry.h"
 
 namespace gradcomp {
 
 CompressorInfo terngrad_compressor_info();
+
+// The payload layout of terngrad with `params` (validated by the registry): 2-bit codes, param0 = bucket (0 = one
+// scale for the whole tensor), param1 = 2. Shared by the CPU codec and its CUDA backend.
+quantize::BucketLayout terngrad_layout(const Params& params);
 
 }  // namespace gradcomp
