@@ -12,6 +12,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -75,7 +76,7 @@ struct RuntimeOptions {
   // Chrome-trace JSON output ("" = none). "{rank}" in the path is replaced by the rank; without it only rank 0
   // writes. The file is complete (valid JSON) once the runtime has shut down.
   std::string timeline_path = default_timeline_path();
-  // Reduction applied to every tensor.
+  // Reduction of the tensors submitted without one (see allreduce_async): kAverage or kSum.
   ReduceOp op = ReduceOp::kAverage;
   // Collective algorithm of every buffer (kAuto: chosen from the codec's traits, see collectives.h).
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
@@ -117,6 +118,7 @@ using CompletionCallback = std::function<void(const Status&)>;
 struct BufferRecord {
   std::string spec;          // the compressor spec that ran (for "auto", the chosen candidate)
   std::string algorithm;     // "dense", "allgather", "sparse", "sra"
+  ReduceOp op = ReduceOp::kAverage;  // every member's (a buffer never mixes ops)
   bool auto_chosen = false;  // picked by the "auto" policy
   double predicted_s = 0;    // auto: predicted time of the chosen candidate
   double dense_predicted_s = 0;  // auto: predicted time of "none"
@@ -156,15 +158,18 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   // Enqueues an in-place allreduce of `tensor` under `name` (unique among this runtime's pending tensors). `spec`
-  // overrides the policy ("" = use the policy). The tensor's memory must stay valid and untouched until completion.
-  // Every rank must submit the same names with the same numel, dtype and spec, in any order; a mismatch completes the
-  // tensor with InvalidArgument on every rank. CUDA tensors are fused in device memory (per device and stream order
-  // of the first member) and stay there (see RuntimeOptions::device_comm). Throws InvalidArgument (bad spec,
-  // duplicate pending name, a CUDA tensor in a build without CUDA) or the error that stopped the runtime.
-  Handle allreduce_async(std::string_view name, const TensorView& tensor, std::string_view spec = {});
+  // overrides the policy ("" = use the policy). `op`: kSum or kAverage (the sum divided by the world size), unset =
+  // RuntimeOptions::op; a sum is computed as a sum (no average scaled back), and only tensors of the same op share a
+  // fusion buffer. The tensor's memory must stay valid and untouched until completion.
+  // Every rank must submit the same names with the same numel, dtype, spec and op, in any order; a mismatch completes
+  // the tensor with InvalidArgument on every rank. CUDA tensors are fused in device memory (per device and stream
+  // order of the first member) and stay there (see RuntimeOptions::device_comm). Throws InvalidArgument (bad spec or
+  // op, duplicate pending name, a CUDA tensor in a build without CUDA) or the error that stopped the runtime.
+  Handle allreduce_async(std::string_view name, const TensorView& tensor, std::string_view spec = {},
+                         std::optional<ReduceOp> op = std::nullopt);
   // Same, reporting completion only to `on_done` (no handle to wait on; synchronize() still waits for it).
   void allreduce_async(std::string_view name, const TensorView& tensor, std::string_view spec,
-                       CompletionCallback on_done);
+                       CompletionCallback on_done, std::optional<ReduceOp> op = std::nullopt);
 
   // Blocks until `handle` completes and rethrows its error. Throws Timeout past the deadline, InvalidArgument for
   // an unknown or already waited handle.

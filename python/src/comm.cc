@@ -2,12 +2,14 @@
 // Runtime (GRADCOMP_PY_HAVE_RUNTIME). The module's has_collectives / has_runtime flags tell Python which exist.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/unique_ptr.h>
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 #include "bindings.h"
 #include "gradcomp/config.h"
@@ -188,14 +190,19 @@ void init_comm(nb::module_& m) {
           "None: CUDA tensors use `comm` (staged through host memory once per fused buffer).")
       .def(
           "allreduce_async",
-          [](Runtime& r, std::string_view name, const OutArray& tensor, std::string_view spec, std::uintptr_t stream) {
+          [](Runtime& r, std::string_view name, const OutArray& tensor, std::string_view spec, std::uintptr_t stream,
+             std::optional<std::string_view> op) {
             const TensorView view = to_view(tensor, fmt::format("allreduce_async('{}')", name), stream);
+            const std::optional<ReduceOp> reduce = op ? std::optional(op_of(*op)) : std::nullopt;
             nb::gil_scoped_release release;
-            return r.allreduce_async(name, view, spec).id;
+            return r.allreduce_async(name, view, spec, reduce).id;
           },
-          "name"_a, "tensor"_a, "spec"_a = "", "stream"_a = 0,
+          "name"_a, "tensor"_a, "spec"_a = "", "stream"_a = 0, "op"_a = nb::none(),
           "Enqueues an in-place allreduce; returns a handle id for wait(). Keep the tensor alive until then.\n"
-          "For a CUDA tensor, `stream` is the cudaStream_t that produced it (torch.cuda.current_stream().cuda_stream).")
+          "For a CUDA tensor, `stream` is the cudaStream_t that produced it\n"
+          "(torch.cuda.current_stream().cuda_stream).\n"
+          "op: \"sum\" or \"average\" for this tensor; None = the runtime's op (its constructor's). Only tensors\n"
+          "of the same op are fused together.")
       .def(
           "wait",
           [](Runtime& r, std::uint64_t id) {

@@ -235,6 +235,7 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
   BufferRecord record;
   record.tensors = members.size();
   record.input_bytes = group.bytes;
+  record.op = group.op;
   std::string spec = group.spec;
   if (spec == kAutoSpec) spec = group.dtype == DType::kF32 ? choose_auto(group.bytes, record) : canonical_spec("none");
   std::lock_guard lock(codecs_mutex_);
@@ -280,7 +281,7 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
   if (timeline_ && !single) timeline_->event("copy_in", "fusion", 1, copy_start, copy_end);
 
   AllreduceOptions options;
-  options.op = options_.op;
+  options.op = group.op;  // one op per buffer: plan_fusion never mixes ops
   options.verify = false;  // names, sizes and specs were negotiated
   options.algorithm = options_.algorithm;
   options.step = steps_[buffer_name]++;

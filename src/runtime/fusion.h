@@ -17,9 +17,15 @@ struct FusionGroup {
   std::size_t bytes = 0;
   DType dtype = DType::kF32;
   std::string spec;
+  ReduceOp op = ReduceOp::kAverage;  // every member's: one buffer is reduced with one op
 };
 
-// Packs `ready` (in order) into groups of equal dtype, device and spec whose bytes stay within `threshold`
+// Tensors that may share a fusion buffer: equal dtype, device, spec and reduce op.
+inline bool same_fusion_kind(const Signature& a, const Signature& b) {
+  return a.dtype == b.dtype && a.device == b.device && a.spec == b.spec && a.op == b.op;
+}
+
+// Packs `ready` (in order) into groups of equal dtype, device, spec and reduce op whose bytes stay within `threshold`
 // (a tensor at least as large as the threshold travels alone; threshold 0 = every tensor alone). Tensors for which
 // `fusible(i)` is false also travel alone. Groups are ordered by their first member: every rank computes the same.
 template <typename Fusible>
@@ -34,8 +40,7 @@ std::vector<FusionGroup> plan_fusion(const std::vector<ReadyTensor>& ready, std:
     if (can_fuse) {
       for (std::size_t g : open) {
         FusionGroup& group = groups[g];
-        const Signature& head = ready[group.members.front()].signature;
-        if (head.dtype == sig.dtype && head.device == sig.device && head.spec == sig.spec) {
+        if (same_fusion_kind(ready[group.members.front()].signature, sig)) {
           if (group.bytes + bytes <= threshold) target = &group;
           break;
         }
@@ -44,12 +49,10 @@ std::vector<FusionGroup> plan_fusion(const std::vector<ReadyTensor>& ready, std:
     if (target == nullptr) {
       if (can_fuse) {
         // The open group of this kind is full for this tensor: close it; the tensor starts the next one.
-        std::erase_if(open, [&](std::size_t g) {
-          const Signature& head = ready[groups[g].members.front()].signature;
-          return head.dtype == sig.dtype && head.device == sig.device && head.spec == sig.spec;
-        });
+        std::erase_if(open,
+                      [&](std::size_t g) { return same_fusion_kind(ready[groups[g].members.front()].signature, sig); });
       }
-      groups.push_back(FusionGroup{{}, {}, 0, 0, sig.dtype, sig.spec});
+      groups.push_back(FusionGroup{{}, {}, 0, 0, sig.dtype, sig.spec, sig.op});
       if (can_fuse) open.push_back(groups.size() - 1);
       target = &groups.back();
     }

@@ -21,6 +21,7 @@ void put_signature(ByteWriter& writer, const Signature& signature) {
   writer.put<std::uint8_t>(static_cast<std::uint8_t>(signature.device.type));
   writer.put<std::int32_t>(signature.device.index);
   writer.put_string(signature.spec);
+  writer.put<std::uint8_t>(static_cast<std::uint8_t>(signature.op));
 }
 
 Signature get_signature(ByteReader& reader) {
@@ -30,13 +31,15 @@ Signature get_signature(ByteReader& reader) {
   signature.device.type = static_cast<DeviceType>(reader.get<std::uint8_t>());
   signature.device.index = reader.get<std::int32_t>();
   signature.spec = reader.get_string();
+  signature.op = static_cast<ReduceOp>(reader.get<std::uint8_t>());
   return signature;
 }
 
 }  // namespace
 
 std::string Signature::describe() const {
-  return fmt::format("{}[{}] on {}, spec {}", dtype_name(dtype), numel, device_name(device), spec);
+  return fmt::format("{}[{}] on {}, spec {}, op {}", dtype_name(dtype), numel, device_name(device), spec,
+                     reduce_op_name(op));
 }
 
 Negotiator::Negotiator(int rank, int size, std::size_t cache_capacity)

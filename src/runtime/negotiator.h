@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "gradcomp/communicator.h"
 #include "gradcomp/tensor.h"
 
 namespace gradcomp::runtime {
@@ -34,9 +35,10 @@ struct Signature {
   DType dtype = DType::kF32;
   Device device{};
   std::string spec;  // canonical spec or "auto"
+  ReduceOp op = ReduceOp::kAverage;  // kSum or kAverage, per request
 
   friend bool operator==(const Signature&, const Signature&) = default;
-  // "f32[2560] on cpu, spec none".
+  // "f32[2560] on cpu, spec none, op average".
   std::string describe() const;
 };
 

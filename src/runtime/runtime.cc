@@ -30,8 +30,12 @@ Runtime::Impl::Impl(Communicator& comm, RuntimeOptions options)
 }
 
 std::uint64_t Runtime::Impl::enqueue(std::string_view name, const TensorView& tensor, std::string_view spec,
-                                     CompletionCallback callback) {
+                                     std::optional<ReduceOp> op, CompletionCallback callback) {
   GRADCOMP_CHECK(!name.empty(), "allreduce_async on rank {}: the tensor name must not be empty", comm_.rank());
+  const ReduceOp reduce = op.value_or(options_.op);
+  GRADCOMP_CHECK(reduce == ReduceOp::kSum || reduce == ReduceOp::kAverage,
+                 "allreduce_async('{}') on rank {}: op must be sum or average, got {}", name, comm_.rank(),
+                 reduce_op_name(reduce));
   GRADCOMP_CHECK(tensor.device().is_cpu() || GRADCOMP_WITH_CUDA,
                  "allreduce_async('{}') on rank {}: {} is a CUDA tensor but gradcomp was built without CUDA", name,
                  comm_.rank(), tensor.describe());
@@ -47,7 +51,7 @@ std::uint64_t Runtime::Impl::enqueue(std::string_view name, const TensorView& te
   Request request;
   request.name = std::string(name);
   request.tensor = tensor;
-  request.signature = {tensor.numel(), tensor.dtype(), tensor.device(), canonical(resolved)};
+  request.signature = {tensor.numel(), tensor.dtype(), tensor.device(), canonical(resolved), reduce};
   request.callback = std::move(callback);
   request.enqueued = Clock::now();
   std::lock_guard lock(mutex_);
@@ -212,14 +216,15 @@ Runtime::~Runtime() {
   }
 }
 
-Handle Runtime::allreduce_async(std::string_view name, const TensorView& tensor, std::string_view spec) {
-  return Handle{impl_->enqueue(name, tensor, spec, nullptr)};
+Handle Runtime::allreduce_async(std::string_view name, const TensorView& tensor, std::string_view spec,
+                               std::optional<ReduceOp> op) {
+  return Handle{impl_->enqueue(name, tensor, spec, op, nullptr)};
 }
 
 void Runtime::allreduce_async(std::string_view name, const TensorView& tensor, std::string_view spec,
-                              CompletionCallback on_done) {
+                              CompletionCallback on_done, std::optional<ReduceOp> op) {
   GRADCOMP_CHECK(static_cast<bool>(on_done), "allreduce_async('{}'): the completion callback is empty", name);
-  impl_->enqueue(name, tensor, spec, std::move(on_done));
+  impl_->enqueue(name, tensor, spec, op, std::move(on_done));
 }
 
 void Runtime::wait(Handle handle) { impl_->wait(handle); }

@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -39,7 +40,7 @@ class Runtime::Impl {
 
   // The calls behind Runtime's public methods (see gradcomp/runtime.h).
   std::uint64_t enqueue(std::string_view name, const TensorView& tensor, std::string_view spec,
-                        CompletionCallback callback);
+                        std::optional<ReduceOp> op, CompletionCallback callback);
   void wait(Handle handle);
   bool poll(Handle handle) const;
   void synchronize();

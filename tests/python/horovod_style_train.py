@@ -94,6 +94,20 @@ if not losses[-1] < 0.7 * losses[0]:
     ok = False
 if hvd.size() > 1 and len(set(hvd.broadcast_object(losses[-1], 0) for _ in range(1))) != 1:
     ok = False
+# Sum and Average through the backend's compressed path (a spec string takes it; Compression.none is the plain
+# allreduce): dyadic values, exact in any summation order, and a subnormal that an average scaled back by the world
+# size (how the runtime backend once faked Sum) flushes to zero.
+tiny = float.fromhex("0x1p-149")
+mine = torch.tensor([0.25 * (hvd.rank() + 1), -3.0, tiny])
+n = hvd.size()
+got_sum = hvd.allreduce(mine, op=hvd.Sum, name="check.sum", compression="none")
+got_avg = hvd.allreduce(mine, op=hvd.Average, name="check.average", compression="none")
+if not torch.equal(got_sum, torch.tensor([0.125 * n * (n + 1), -3.0 * n, tiny * n])):
+    print(f"rank {hvd.rank()}: Sum gave {got_sum.tolist()}", flush=True)
+    ok = False
+if not torch.equal(got_avg[:2], torch.tensor([0.125 * (n + 1), -3.0])):
+    print(f"rank {hvd.rank()}: Average gave {got_avg.tolist()}", flush=True)
+    ok = False
 if args.compression == "pyhalf" and helpers.HalfPrecision.calls == 0:
     print(f"rank {hvd.rank()}: the Python codec was never called", flush=True)
     ok = False

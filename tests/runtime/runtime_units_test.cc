@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "gradcomp/error.h"
 #include "src/runtime/fusion.h"
 #include "src/runtime/negotiator.h"
@@ -76,6 +78,20 @@ TEST(Fusion, PacksUpToThresholdPerKind) {
   // Non-fusible tensors travel alone.
   groups = plan_fusion(ready, 1 << 20, [](std::size_t i) { return i != 2; });
   EXPECT_EQ(groups[0].members, (std::vector<std::size_t>{0, 3, 4}));
+}
+
+TEST(Fusion, NeverMixesReduceOps) {
+  std::vector<ReadyTensor> ready;
+  for (int i = 0; i < 6; ++i) {
+    ready.push_back(tensor(fmt::format("t{}", i), 100));
+    ready.back().signature.op = i % 2 == 0 ? ReduceOp::kSum : ReduceOp::kAverage;
+  }
+  const auto groups = plan_fusion(ready, 1 << 20, [](std::size_t) { return true; });
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].members, (std::vector<std::size_t>{0, 2, 4}));
+  EXPECT_EQ(groups[0].op, ReduceOp::kSum);
+  EXPECT_EQ(groups[1].members, (std::vector<std::size_t>{1, 3, 5}));
+  EXPECT_EQ(groups[1].op, ReduceOp::kAverage);
 }
 
 TEST(Fusion, ArenaIsReused) {
@@ -230,6 +246,24 @@ TEST(Negotiator, MismatchFailsOnEveryRankNamingBothSides) {
     EXPECT_FALSE(decision.failed[0].timeout);
     EXPECT_NE(decision.failed[0].message.find("f32[10]"), std::string::npos);
     EXPECT_NE(decision.failed[0].message.find("f32[20]"), std::string::npos);
+  }
+}
+
+TEST(Negotiator, TheOpIsPartOfTheSignature) {
+  auto ranks = make_ranks(2);
+  Signature sum{10, DType::kF32, Device::cpu(), "none", ReduceOp::kSum};
+  ranks[0].add_pending("w", sum);
+  ranks[1].add_pending("w", Signature{10, DType::kF32, Device::cpu(), "none"});
+  for (auto& decision : run_cycle(ranks)) {
+    ASSERT_EQ(decision.failed.size(), 1u);
+    EXPECT_NE(decision.failed[0].message.find("op sum"), std::string::npos) << decision.failed[0].message;
+    EXPECT_NE(decision.failed[0].message.find("op average"), std::string::npos) << decision.failed[0].message;
+  }
+  // Announced with one op everywhere, the op comes through in the decision.
+  for (auto& rank : ranks) rank.add_pending("w", sum);
+  for (auto& decision : run_cycle(ranks)) {
+    ASSERT_EQ(decision.ready.size(), 1u);
+    EXPECT_EQ(decision.ready[0].signature.op, ReduceOp::kSum);
   }
 }
 

@@ -6,7 +6,7 @@ import torch
 
 from .. import _gradcomp as _C
 from . import exchange
-from .context import Sum, _ctx
+from .context import _ctx
 
 
 def _exchange_view(tensor, comp):
@@ -46,13 +46,11 @@ class _TorchBackend(_Backend):
 
 
 class _RuntimeHandle:
-    def __init__(self, handle, tensor, scale):
-        self.handle, self.tensor, self.scale = handle, tensor, scale  # the tensor stays alive until wait()
+    def __init__(self, handle, tensor):
+        self.handle, self.tensor = handle, tensor  # the tensor stays alive until wait()
 
     def wait(self):
         _ctx.runtime.wait(self.handle)
-        if self.scale != 1:
-            self.tensor.mul_(self.scale)
 
 
 class _RuntimeBackend(_Backend):
@@ -62,8 +60,10 @@ class _RuntimeBackend(_Backend):
         if comp.is_python:
             return _MpiBackend.python_allreduce(comp, name, flat, op)
         stream = torch.cuda.current_stream(flat.device).cuda_stream if flat.is_cuda else 0
-        handle = _ctx.runtime.allreduce_async(name, flat, comp.spec, stream)
-        return _RuntimeHandle(handle, flat, _ctx.size if op == Sum else 1)
+        # The op travels with the request: the runtime sums a Sum (never an average scaled back, which loses bits)
+        # and fuses only requests of the same op.
+        handle = _ctx.runtime.allreduce_async(name, flat, comp.spec, stream, op=op)
+        return _RuntimeHandle(handle, flat)
 
 
 class _MpiBackend(_Backend):
