@@ -4,6 +4,7 @@
 //
 //   struct Policy {
 //     static constexpr std::string_view kName;      // registry name
+//     static constexpr bool kWholeTensor;           // bucket=0 (one scale for the whole tensor) is allowed
 //     static BucketLayout layout(const Params&);    // code width, bucket, header params (also used by CUDA)
 //     explicit Policy(const Params&);
 //     // Statistics rule: what the scale needs of v = g + r over n values (kernels::bucket_stats).
@@ -55,17 +56,21 @@ inline CompressorTraits bucket_quantizer_traits() {
 
 // The level rule of qsgd and terngrad: stochastic rounding of |v| / scale to sign + level codes of `bits` bits
 // (Philox keyed by seed, tensor and step; kernels/signmag_cpu.h). A policy base providing coder() and decode().
+// kFixedBits: the code width when the codec fixes it (terngrad: 2; the decode loop is then specialized for it, as
+// before the skeleton existed), or 0 when it is a parameter (qsgd: `bits`).
+template <unsigned kFixedBits = 0>
 struct SignMagCodes {
-  unsigned bits = 0;
+  unsigned bits = kFixedBits;
   std::uint64_t seed = 0;
 
   kernels::SignMagQuantizer coder(const EncodeArgs& args) const {
-    return kernels::SignMagQuantizer(bits, kernels::PhiloxStream::make(seed, args.tensor_key, args.ctx->step));
+    return kernels::SignMagQuantizer(width(), kernels::PhiloxStream::make(seed, args.tensor_key, args.ctx->step));
   }
   void decode(const std::uint8_t* packed, std::size_t begin, std::size_t end, float scale, float* out, bool accumulate,
               bool stream) const {
-    kernels::signmag_decode_range(packed, begin, end, scale, bits, out, accumulate, stream);
+    kernels::signmag_decode_range(packed, begin, end, scale, width(), out, accumulate, stream);
   }
+  unsigned width() const { return kFixedBits ? kFixedBits : bits; }
 };
 
 template <class Policy>
@@ -106,7 +111,7 @@ class BucketQuantizer final : public ErrorFeedbackCompressor {
     if (n == 0) {
       // nothing to encode
     } else if (layout_.bucket == 0) {
-      encode_whole(pass);
+      if constexpr (Policy::kWholeTensor) encode_whole(pass);  // else rejected by the factory
     } else {
       encode_buckets(pass);
     }
@@ -219,20 +224,17 @@ class BucketQuantizer final : public ErrorFeedbackCompressor {
 };
 
 // The registry entry of a bucketed quantizer: `params` (the codec's own; lossy_common_params() are appended), the
-// traits, and a factory that checks the bucket: a multiple of 8, or also 0 (one scale for the whole tensor) where the
-// bucket parameter's range starts at 0.
+// traits, and a factory that checks the bucket: a multiple of 8, or also 0 where Policy::kWholeTensor.
 template <class Policy>
 CompressorInfo bucket_quantizer_info(std::string summary, std::vector<ParamSpec> params) {
   CompressorInfo info;
   info.name = std::string(Policy::kName);
   info.summary = std::move(summary);
   info.traits = bucket_quantizer_traits();
-  bool whole_tensor = false;
-  for (const auto& spec : params) whole_tensor = whole_tensor || (spec.name == "bucket" && spec.min == 0);
   for (auto& common : lossy_common_params()) params.push_back(std::move(common));
   info.params = params;
-  info.factory = [specs = std::move(params), whole_tensor](const Params& values) -> std::unique_ptr<Compressor> {
-    check_bucket_multiple(Policy::kName, values.get_int("bucket"), whole_tensor);
+  info.factory = [specs = std::move(params)](const Params& values) -> std::unique_ptr<Compressor> {
+    check_bucket_multiple(Policy::kName, values.get_int("bucket"), Policy::kWholeTensor);
     return std::make_unique<BucketQuantizer<Policy>>(values, specs);
   };
   return info;

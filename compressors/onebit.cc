@@ -80,6 +80,7 @@ void decode_signs(const std::uint8_t* bits, std::size_t n, float scale, float* o
 // 1-bit's rules: scale mean |v| per bucket; one sign bit per value, decoded to +-scale (deterministic).
 struct OneBitPolicy {
   static constexpr std::string_view kName = "onebit";
+  static constexpr bool kWholeTensor = false;
   static quantize::BucketLayout layout(const Params& params) { return onebit_layout(params); }
 
   explicit OneBitPolicy(const Params&) {}

@@ -38,8 +38,9 @@ float l2_norm_double(const float* g, const float* r, std::size_t n) {
 }
 
 // QSGD's rules: scale max|v| or ||v||_2 per bucket; levels by sign-magnitude stochastic rounding.
-struct QsgdPolicy : quantize::SignMagCodes {
+struct QsgdPolicy : quantize::SignMagCodes<> {
   static constexpr std::string_view kName = "qsgd";
+  static constexpr bool kWholeTensor = false;
   static quantize::BucketLayout layout(const Params& params) { return qsgd_layout(params); }
 
   explicit QsgdPolicy(const Params& params)

@@ -21,8 +21,9 @@ std::vector<ParamSpec> terngrad_params() {
 }
 
 // TernGrad's rules: scale max|v| clipped at clip * sigma; one level, by stochastic rounding.
-struct TernGradPolicy : quantize::SignMagCodes {
+struct TernGradPolicy : quantize::SignMagCodes<kBits> {
   static constexpr std::string_view kName = "terngrad";
+  static constexpr bool kWholeTensor = true;
   static quantize::BucketLayout layout(const Params& params) { return terngrad_layout(params); }
 
   explicit TernGradPolicy(const Params& params)
