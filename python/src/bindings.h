@@ -9,7 +9,7 @@ namespace gradcomp::python {
 
 // Compressor class, make_compressor, list_compressors, canonical_spec.
 void init_compressors(nanobind::module_& m);
-// Communicators, compressed_allreduce and the Runtime, where the library has them (has_mpi / has_runtime flags).
+// Communicators, compressed_allreduce and the Runtime.
 void init_comm(nanobind::module_& m);
 // TorchCommunicator (a Communicator over a torch.distributed process group) and ExchangeWorker (where the library has
 // the collectives).

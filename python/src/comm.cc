@@ -1,5 +1,5 @@
-// Communicators and compressed_allreduce (when the library has them: GRADCOMP_PY_HAVE_COLLECTIVES), and the fusion
-// Runtime (GRADCOMP_PY_HAVE_RUNTIME). The module's has_collectives / has_runtime flags tell Python which exist.
+// Communicators, compressed_allreduce and the fusion Runtime. The module's has_collectives / has_runtime flags are
+// always true (kept for scripts that test them).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
@@ -16,23 +16,18 @@
 #include "gradcomp/error.h"
 #include "tensor_cast.h"
 
-#if GRADCOMP_PY_HAVE_COLLECTIVES
 #include <nanobind/stl/vector.h>
 
 #include "allreduce_args.h"
 #include "gradcomp/collectives.h"
 #include "gradcomp/communicator.h"
-#endif
-#if GRADCOMP_PY_HAVE_COLLECTIVES && GRADCOMP_PY_HAVE_RUNTIME
 #include "gradcomp/runtime.h"
-#endif
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace gradcomp::python {
 
-#if GRADCOMP_PY_HAVE_COLLECTIVES
 namespace {
 std::span<std::byte> bytes_of(const OutArray& array, std::string_view what) {
   const TensorView view = to_view(array, what, 0);
@@ -40,10 +35,8 @@ std::span<std::byte> bytes_of(const OutArray& array, std::string_view what) {
   return {static_cast<std::byte*>(view.data()), view.bytes()};
 }
 }  // namespace
-#endif
 
 void init_comm(nb::module_& m) {
-#if GRADCOMP_PY_HAVE_COLLECTIVES
   m.attr("has_collectives") = true;
   nb::class_<Communicator>(m, "Communicator", "A group of ranks (MPI, NCCL or in-process).")
       .def_prop_ro("rank", &Communicator::rank)
@@ -160,10 +153,6 @@ void init_comm(nb::module_& m) {
       "matrix's first dimension, for powersgd). hierarchical: "
       "dense sum inside each node (comm.node_color(), GRADCOMP_LOCAL_SIZE), compressed between node leaders (node "
       "groups built for this call). Returns the AllreduceStats as a dict.");
-#else
-  m.attr("has_collectives") = false;
-#endif
-#if GRADCOMP_PY_HAVE_COLLECTIVES && GRADCOMP_PY_HAVE_RUNTIME
   m.attr("has_runtime") = true;
   nb::class_<Runtime>(m, "Runtime", "The fusion runtime over one communicator (background thread).")
       .def(
@@ -260,9 +249,6 @@ void init_comm(nb::module_& m) {
            })
       .def_prop_ro("rank", &Runtime::rank)
       .def_prop_ro("size", &Runtime::size);
-#else
-  m.attr("has_runtime") = false;
-#endif
 }
 
 }  // namespace gradcomp::python

@@ -5,10 +5,8 @@
 
 #include "bindings.h"
 
-#if GRADCOMP_PY_HAVE_COLLECTIVES
 #include "exchange_worker.h"
 #include "torch_communicator.h"
-#endif
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -16,7 +14,6 @@ using namespace nb::literals;
 namespace gradcomp::python {
 
 void init_torch(nb::module_& m) {
-#if GRADCOMP_PY_HAVE_COLLECTIVES
   nb::class_<TorchCommunicator, Communicator>(
       m, "TorchCommunicator",
       "A Communicator over a torch.distributed process group, through a gradcomp.torch.exchange.ProcessGroupAdapter.")
@@ -33,9 +30,6 @@ void init_torch(nb::module_& m) {
       .def("submit_call", &ExchangeWorker::submit_call, "fn"_a, "agreement"_a = nb::none(),
            "Enqueues a Python callable (run with the GIL, in order); returns a torch.futures.Future of its result.")
       .def("close", &ExchangeWorker::close, "Finishes the queued jobs and ends the thread.");
-#else
-  (void)m;
-#endif
 }
 
 }  // namespace gradcomp::python
