@@ -285,6 +285,11 @@ def compressor(spec, **params):
     """
     if isinstance(spec, (Compressor, PythonCompressor)):
         return spec
+    if _is_horovod_style(spec):
+        if params:
+            raise InvalidArgument(f"compressor({spec!r}): a Horovod-style compressor object takes no parameters")
+        # Passed directly, as in Horovod (compression=MyCompressor): used as is, never instantiated.
+        return PythonCompressor(_horovod_name(spec), spec)
     full = make_spec(spec, **params)
     name, pairs = _C.parse_spec(full)
     with _registry_lock:
@@ -292,6 +297,18 @@ def compressor(spec, **params):
     if cls is not None:
         return PythonCompressor(name, _instantiate_python(name, cls, _python_params(pairs)))
     return Compressor(full)
+
+
+def _is_horovod_style(obj):
+    """A class or object with Horovod's compressor methods that is not a gradcomp spec (Compression.none/fp16 are
+    specs with those methods: they keep the C++ codecs)."""
+    return (not isinstance(obj, (str, CompressionSpec)) and callable(getattr(obj, "compress", None))
+            and callable(getattr(obj, "decompress", None)))
+
+
+def _horovod_name(obj):
+    cls = obj if isinstance(obj, type) else type(obj)
+    return "python_" + re.sub(r"[^a-z0-9_]", "_", f"{cls.__module__}_{cls.__qualname__}".lower())
 
 
 def list_compressors():
@@ -335,10 +352,65 @@ class CompressionSpec:
         return hash(self.spec)
 
 
+class HorovodCompressor:
+    """Horovod's compressor interface (``horovod.torch.compression.Compressor``): ``compress(tensor) -> (tensor,
+    ctx)`` and ``decompress(tensor, ctx) -> tensor``. Subclass it, or write any class or object with those two methods,
+    and pass it as ``compression=`` (used as is, as Horovod does: every rank's compressed tensor is averaged, then
+    decompressed with the local ctx)."""
+
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+class NoneCompressor(CompressionSpec):
+    """``Compression.none``: Horovod's NoneCompressor (``compress`` returns the tensor unchanged) that is also the
+    spec "none" (the optimizer and the hook run the C++ "none" codec for it)."""
+
+    def __init__(self):
+        super().__init__("none")
+
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+class FP16Compressor(CompressionSpec):
+    """``Compression.fp16``: Horovod's FP16Compressor (floating tensors cast to float16, back to their dtype on
+    decompress) that is also the spec "fp16" (the C++ codec: saturating, never a silent inf)."""
+
+    def __init__(self):
+        super().__init__("fp16")
+
+    @staticmethod
+    def compress(tensor):
+        if tensor.dtype.is_floating_point:
+            return tensor.type(_torch().float16), tensor.dtype
+        return tensor, tensor.dtype
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor.type(ctx) if ctx is not None and ctx.is_floating_point else tensor
+
+
+def _torch():
+    import torch
+    return torch
+
+
 class Compression:
-    """Horovod-style names: ``compression=gradcomp.Compression.topk(0.01)``, ``Compression.fp16``, ..."""
-    none = CompressionSpec("none")
-    fp16 = CompressionSpec("fp16")
+    """Horovod-style names: ``compression=gradcomp.Compression.topk(0.01)``, ``Compression.fp16``, ...
+    ``none`` and ``fp16`` are also Horovod compressor objects (``Compression.fp16.compress(t) -> (t16, ctx)``)."""
+    none = NoneCompressor()
+    fp16 = FP16Compressor()
     bf16 = CompressionSpec("bf16")
     qsgd = CompressionSpec("qsgd")
     terngrad = CompressionSpec("terngrad")

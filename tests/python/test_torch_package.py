@@ -14,6 +14,7 @@ PUBLIC = {
     "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters", "bucket_name", "bucket_segments",
     "compressor", "ddp_comm_hook", "init", "is_initialized", "local_rank", "local_size", "make_spec", "rank",
     "shutdown", "size",
+    "SyncBatchNorm",  # issue 19 (optimizer half)
 }
 
 

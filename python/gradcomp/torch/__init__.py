@@ -33,13 +33,14 @@ from .context import (Adasum, Average, Sum, _check_op, _ctx, backend, is_initial
 from .hook import HookState, bucket_name, bucket_segments, ddp_comm_hook
 from .launch import _rendezvous_port, init, shutdown  # noqa: F401
 from .optimizer import DistributedOptimizer
+from .sync_batch_norm import SyncBatchNorm
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "backend",
     "Average", "Sum", "Adasum",
     "allreduce", "allreduce_", "broadcast", "broadcast_", "broadcast_object", "broadcast_parameters",
     "broadcast_optimizer_state",
-    "DistributedOptimizer", "Compression", "CompressionSpec", "compressor", "make_spec",
+    "DistributedOptimizer", "SyncBatchNorm", "Compression", "CompressionSpec", "compressor", "make_spec",
     "HookState", "ddp_comm_hook", "bucket_name", "bucket_segments",
     "Error", "InvalidArgument", "CommError", "Timeout",
 ]

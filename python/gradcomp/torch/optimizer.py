@@ -1,6 +1,25 @@
 """DistributedOptimizer: wraps a torch optimizer so that step() applies gradients averaged (or summed) over all ranks,
 each compressed with a codec. Each gradient's allreduce is launched from its accumulator hook during backward, on
-the backend init() chose (backends.py); the compressor state rides in state_dict() (gradcomp._optimizer_state)."""
+the backend init() chose (backends.py); the compressor state rides in state_dict() (gradcomp._optimizer_state).
+
+Horovod's options (horovod.torch 0.28.1 semantics):
+
+- ``op=Adasum``: optimizer_adasum.py (the delta optimizer: local step, Adasum of the parameter deltas);
+- ``gradient_predivide_factor=f`` (op=Average only): each gradient is multiplied by 1/f before the sum and by f/size
+  after it;
+- ``groups`` (a number of groups, or lists of parameters) / ``num_groups`` (the older name): the allreduces of a
+  group's parameters are launched together, in the group's order, once the last of them has its gradient (Horovod's
+  grouped allreduce: each tensor still compressed on its own); a number n splits the parameters, in order, into n
+  groups as Horovod's split_list does;
+- sparse gradients (``Embedding(sparse=True)``): allgather of every rank's indices and values (values / size for
+  Average; compression does not apply), or with ``sparse_as_dense=True`` densified, reduced like any gradient and
+  made sparse again (optimizer_sparse.py);
+- ``set_backward_passes_per_step(n)``; ``process_set=``: the global set (None or ``global_process_set``) only, for
+  now — another raises InvalidArgument;
+- ``compression=``: a gradcomp spec (``Compression.topk(0.01)``, ``"qsgd:bits=4"``), ``Compression.none`` /
+  ``Compression.fp16`` (Horovod compressor objects that keep the C++ codecs), or any Horovod-style compressor class
+  or object (``compress(tensor) -> (tensor, ctx)``, ``decompress(tensor, ctx)``), used as is.
+"""
 import contextlib
 import os
 
@@ -10,19 +29,56 @@ from .. import _optimizer_state
 from .._compressors import Compression, InvalidArgument, compressor
 from .._gradcomp import Error
 from .backends import _Backend, _exchange_view
-from .context import Average, _check_op, _ctx, _require_init
+from . import optimizer_sparse
+from .context import Adasum, Average, _check_op, _ctx, _require_init
+
+_GROUP_WAIT = object()  # a grouped parameter whose gradient is ready, waiting for the rest of its group
+_SPARSE_WAIT = object()  # a sparse gradient, gathered in synchronize() after the dense allreduces completed
+
+
+class _Finish:
+    """A launched allreduce and what completes it after wait() (postscale, a sparse gradient's write-back)."""
+
+    def __init__(self, handle, then=None):
+        self.handle, self.then = handle, then
+
+    def wait(self):
+        self.handle.wait()
+        if self.then is not None:
+            self.then()
+
+
+def _split_list(items, n):
+    """Horovod's split_list: n consecutive groups whose sizes differ by at most one, the first ones larger."""
+    d, r = divmod(len(items), n)
+    return [items[i * d + min(i, r):(i + 1) * d + min(i + 1, r)] for i in range(n)]
+
+
+def check_process_set(process_set, what="DistributedOptimizer"):
+    """None for the global process set; other sets raise (not supported by the optimizer yet)."""
+    if process_set is None:
+        return None
+    pid = getattr(process_set, "process_set_id", None)
+    ranks = getattr(process_set, "ranks", None)
+    if pid == 0 or (ranks is not None and list(ranks) == list(range(_ctx.size))):
+        return None
+    raise InvalidArgument(f"{what}: process_set={process_set!r}: only the global process set is supported by "
+                          "gradcomp's optimizer so far (pass process_set=None or hvd.global_process_set)")
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
-    def _gradcomp_setup(self, named_parameters, compression, backward_passes_per_step, op):
+    def _gradcomp_setup(self, named_parameters, compression, backward_passes_per_step, op,
+                        gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False, process_set=None):
         _require_init()
-        self._op = _check_op(op)
+        self._op = op if op == Adasum else _check_op(op)  # Adasum here: one rank (the identity)
         self._compression = compression
         self._compressor = compressor(compression)
-        self._backward_passes_per_step = int(backward_passes_per_step)
-        if self._backward_passes_per_step < 1:
-            raise InvalidArgument(f"DistributedOptimizer: backward_passes_per_step must be >= 1, got "
-                                  f"{backward_passes_per_step}")
+        self._predivide = float(gradient_predivide_factor)
+        self._sparse_as_dense = bool(sparse_as_dense)
+        self._process_set = check_process_set(process_set)
+        self._groups = groups
+        self._p_to_group = {}
+        self.set_backward_passes_per_step(backward_passes_per_step)
         all_params = [p for group in self.param_groups for p in group["params"]]
         if named_parameters is not None:
             named = list(named_parameters)
@@ -41,7 +97,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                     self._names[id(p)] = f"allreduce.noname.{gi}.{pi}"
         self._step_count_gc = 0
         self._handles = {}
-        self._passes = {}
         self._should_sync = True
         self._synchronized = False
         self._hook_handles = []
@@ -49,7 +104,37 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if _ctx.size > 1 or os.environ.get("GRADCOMP_FORCE_HOOKS"):
             self._register_hooks()
 
+    def set_backward_passes_per_step(self, passes):
+        """Gradients are reduced every `passes` backward passes (accumulated locally in between, then divided by
+        `passes`); resets the count of passes."""
+        passes = int(passes)
+        if passes < 1:
+            raise InvalidArgument(f"DistributedOptimizer: backward_passes_per_step must be >= 1, got {passes}")
+        self._backward_passes_per_step = passes
+        self.backward_passes_per_step = passes  # Horovod's attribute
+        self._passes = {}
+
+    def _form_groups(self, p_list):
+        groups = self._groups
+        if groups is None or groups == 0:
+            return
+        if isinstance(groups, (list, tuple)):
+            ids = {id(p) for p in p_list}
+            p_groups, grouped = [], set()
+            for g in groups:
+                p_groups.append([p for p in g if id(p) in ids])
+                grouped.update(id(p) for p in p_groups[-1])
+            p_groups += [[p] for p in p_list if id(p) not in grouped]
+        else:
+            p_groups = _split_list(p_list, groups)
+        for g in p_groups:
+            if g:
+                members = tuple(g)
+                for p in members:
+                    self._p_to_group[id(p)] = members
+
     def _register_hooks(self):
+        self._form_groups([p for group in self.param_groups for p in group["params"] if p.requires_grad])
         for group in self.param_groups:
             for p in group["params"]:
                 if not p.requires_grad:
@@ -87,28 +172,58 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._passes[id(p)] = passes
         if passes < self._backward_passes_per_step:
             return
-        self._handles[id(p)] = self._allreduce_grad(p)
+        group = self._p_to_group.get(id(p))
+        if group is None:
+            self._handles[id(p)] = self._allreduce_grad(p)
+            return
+        self._handles[id(p)] = _GROUP_WAIT
+        if all(self._handles.get(id(q)) is _GROUP_WAIT for q in group):
+            for q in group:  # Horovod's grouped allreduce: the group's tensors launched together, in its order
+                self._handles[id(q)] = self._allreduce_grad(q)
 
     def _allreduce_grad(self, p):
         self._passes[id(p)] = 0
         grad = p.grad
         if self._backward_passes_per_step > 1:
             grad.div_(self._backward_passes_per_step)
+        name = self._names[id(p)]
+        if grad.is_sparse:
+            if not self._sparse_as_dense:
+                return _SPARSE_WAIT  # gathered in synchronize(), after the dense allreduces (one thread per group)
+            dense = grad.to_dense()
+            return _Finish(self._reduce_dense(dense, name),
+                           lambda: p.grad.zero_().add_(self._postscale(dense).to_sparse()))
         if not grad.is_contiguous():
             p.grad = grad = grad.contiguous()
-        return _Backend.get().allreduce(self._compressor, self._names[id(p)], _exchange_view(grad, self._compressor),
-                                        self._step_count_gc, self._op)
+        return _Finish(self._reduce_dense(grad, name), lambda: self._postscale(grad))
+
+    def _postscale(self, grad):
+        if self._predivide != 1.0 and self._op == Average:
+            grad.mul_(self._predivide / _ctx.size)
+        return grad
+
+    def _reduce_dense(self, grad, name):
+        op = self._op
+        if self._predivide != 1.0 and op == Average:
+            # Horovod: prescale 1/f, sum, postscale f/size (postscaled() after wait()).
+            grad.mul_(1.0 / self._predivide)
+            op = "sum"
+        return _Backend.get().allreduce(self._compressor, name, _exchange_view(grad, self._compressor),
+                                        self._step_count_gc, op)
 
     def synchronize(self):
         """Waits for every gradient's allreduce (launching those whose hooks did not fire)."""
         if _ctx.size > 1:
-            for group in self.param_groups:
-                for p in group["params"]:
-                    if p.requires_grad and p.grad is not None and self._handles.get(id(p)) is None:
-                        self._handles[id(p)] = self._allreduce_grad(p)
+            params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+            for p in params:
+                if p.grad is not None and self._handles.get(id(p)) in (None, _GROUP_WAIT):
+                    self._handles[id(p)] = self._allreduce_grad(p)
             for h in self._handles.values():
-                if h is not None:
+                if h is not None and h is not _SPARSE_WAIT:
                     h.wait()
+            for p in params:
+                if self._handles.get(id(p)) is _SPARSE_WAIT:
+                    optimizer_sparse.allgather_sparse_grad(p, self._op)
         self._handles.clear()
         self._synchronized = True
 
@@ -155,16 +270,54 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
-                         op=Average, gradient_predivide_factor=1.0, **_horovod_only):
+                         op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None, sparse_as_dense=False,
+                         process_set=None, **_horovod_only):
     """Wraps `optimizer` so that step() applies gradients averaged over all ranks, each compressed with
-    `compression` (``gradcomp.Compression.topk(0.01)``, ``Compression.fp16``, a spec string or a Python-registered
-    codec). The returned object is an instance of the original optimizer's class (as in horovod.torch) and its
-    state_dict() includes the compressor state (residuals), so checkpoint/resume reproduces the uninterrupted run.
+    `compression` (``gradcomp.Compression.topk(0.01)``, ``Compression.fp16``, a spec string, a Python-registered
+    codec or a Horovod-style compressor object). The returned object is an instance of the original optimizer's class
+    (as in horovod.torch) and its state_dict() includes the compressor state (residuals), so checkpoint/resume
+    reproduces the uninterrupted run. Horovod's other arguments: see this module's docstring; ``op=Adasum`` returns
+    the delta optimizer of optimizer_adasum.py (on more than one rank).
     """
-    if gradient_predivide_factor != 1.0:
-        raise InvalidArgument("DistributedOptimizer: gradient_predivide_factor is not supported")
+    _require_init()
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise InvalidArgument("DistributedOptimizer: gradient_predivide_factor not supported with op != Average")
+    if gradient_predivide_factor <= 0:
+        raise InvalidArgument(f"DistributedOptimizer: gradient_predivide_factor must be > 0, got "
+                              f"{gradient_predivide_factor}")
+    if num_groups != 0 and groups is None:
+        groups = num_groups  # Horovod's older name
+    _check_groups(groups)
+    if op == Adasum and _ctx.size > 1:
+        from .optimizer_adasum import _DistributedAdasumOptimizer
+        check_process_set(process_set, "DistributedOptimizer(op=Adasum)")
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedAdasumOptimizer.__dict__))
+        wrapped = cls.__new__(cls)
+        wrapped.__dict__.update(optimizer.__dict__)
+        wrapped._adasum_setup(named_parameters, compression, backward_passes_per_step)
+        return wrapped
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     wrapped = cls.__new__(cls)
     wrapped.__dict__.update(optimizer.__dict__)
-    wrapped._gradcomp_setup(named_parameters, compression, backward_passes_per_step, op)
+    wrapped._gradcomp_setup(named_parameters, compression, backward_passes_per_step, op, gradient_predivide_factor,
+                            groups, sparse_as_dense, process_set)
     return wrapped
+
+
+def _check_groups(groups):
+    if groups is None:
+        return
+    if isinstance(groups, bool) or not (isinstance(groups, (list, tuple)) or (isinstance(groups, int) and groups >= 0)):
+        raise InvalidArgument("DistributedOptimizer: groups should be a non-negative integer or a list of lists of "
+                              f"torch.Tensor, got {groups!r}")
+    if isinstance(groups, (list, tuple)):
+        seen = set()
+        for g in groups:
+            if not isinstance(g, (list, tuple)):
+                raise InvalidArgument(f"DistributedOptimizer: groups must be lists of torch.Tensor, got {g!r}")
+            for p in g:
+                if not isinstance(p, torch.Tensor):
+                    raise InvalidArgument("DistributedOptimizer: groups must consist of torch.Tensor")
+                if id(p) in seen:
+                    raise InvalidArgument("DistributedOptimizer: a parameter can only appear once in groups")
+                seen.add(id(p))
