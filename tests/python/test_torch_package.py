@@ -16,6 +16,17 @@ PUBLIC = {
     "shutdown", "size",
     "SyncBatchNorm",  # issue 19 (optimizer half)
 }
+# Horovod API parity (issue 19): collectives, topology, process sets, utilities.
+PUBLIC |= {
+    "Min", "Max", "Product", "allreduce_async", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
+    "grouped_allreduce_async", "grouped_allreduce_async_", "allgather", "allgather_async", "grouped_allgather",
+    "grouped_allgather_async", "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
+    "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async", "sparse_allreduce_async", "join",
+    "barrier", "poll", "synchronize", "allgather_object", "cross_rank", "cross_size", "is_homogeneous", "mpi_built",
+    "nccl_built", "gloo_built", "cuda_built", "rocm_built", "ddl_built", "ccl_built", "mpi_enabled", "gloo_enabled",
+    "mpi_threads_supported", "start_timeline", "stop_timeline", "ProcessSet", "global_process_set",
+    "add_process_set", "remove_process_set", "HorovodInternalError", "HostsUpdatedInterrupt",
+}
 
 
 def test_public_names_are_those_of_the_module_it_replaced():

@@ -26,10 +26,20 @@ The package's modules, each importing only those above it (no cycles):
 from .. import _gradcomp as _C  # noqa: F401  (read as gradcomp.torch._C by bench/accuracy)
 from .._compressors import Compression, CompressionSpec, InvalidArgument, compressor, make_spec
 from .._gradcomp import CommError, Error, Timeout
-from .collectives import (allreduce, allreduce_, broadcast, broadcast_, broadcast_object, broadcast_optimizer_state,
-                          broadcast_parameters)
-from .context import (Adasum, Average, Sum, _check_op, _ctx, backend, is_initialized, local_rank,  # noqa: F401
-                      local_size, rank, size)
+from .collectives import (allreduce, allreduce_, allreduce_async, allreduce_async_, barrier, grouped_allreduce,
+                          grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_, join, poll,
+                          synchronize)
+from .errors import HorovodInternalError, HostsUpdatedInterrupt
+from .gathers import (allgather, allgather_async, alltoall, alltoall_async, broadcast, broadcast_, broadcast_async,
+                      broadcast_async_, grouped_allgather, grouped_allgather_async, grouped_reducescatter,
+                      grouped_reducescatter_async, reducescatter, reducescatter_async, sparse_allreduce_async)
+from .objects import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from .topology import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,
+                       is_homogeneous, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rocm_built,
+                       start_timeline, stop_timeline)
+from .context import (Adasum, Average, Max, Min, Product, Sum, _check_op, _ctx, backend,  # noqa: F401
+                      is_initialized, local_rank, local_size, rank, size)
 from .hook import HookState, bucket_name, bucket_segments, ddp_comm_hook
 from .launch import _rendezvous_port, init, shutdown  # noqa: F401
 from .optimizer import DistributedOptimizer
@@ -43,4 +53,18 @@ __all__ = [
     "DistributedOptimizer", "SyncBatchNorm", "Compression", "CompressionSpec", "compressor", "make_spec",
     "HookState", "ddp_comm_hook", "bucket_name", "bucket_segments",
     "Error", "InvalidArgument", "CommError", "Timeout",
+]
+# Horovod API parity (issue 19): collectives, topology, process sets, utilities.
+__all__ += [
+    "Min", "Max", "Product",
+    "allreduce_async", "allreduce_async_", "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+    "grouped_allreduce_async_", "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
+    "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
+    "grouped_reducescatter", "grouped_reducescatter_async", "sparse_allreduce_async", "join", "barrier", "poll",
+    "synchronize", "allgather_object",
+    "cross_rank", "cross_size", "is_homogeneous", "mpi_built", "nccl_built", "gloo_built", "cuda_built", "rocm_built",
+    "ddl_built", "ccl_built", "mpi_enabled", "gloo_enabled", "mpi_threads_supported", "start_timeline",
+    "stop_timeline",
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
+    "HorovodInternalError", "HostsUpdatedInterrupt",
 ]

@@ -1,99 +1,246 @@
-"""Horovod's process-wide collectives: allreduce (uncompressed, or through a codec on the init()'s backend), broadcast
-of tensors, objects, a model's parameters and an optimizer's state."""
-import pickle
+"""Horovod's allreduce family over gradcomp's communicators: allreduce(_)(_async)(_), grouped_allreduce*, the ops
+Average, Sum, Min, Max, Product (Adasum: adasum.py), prescale/postscale factors, process sets, any dtype (an Average
+of integers is the sum times postscale/size, truncated toward zero, as Horovod's ScaleBuffer does it); handles,
+poll(), synchronize(), join() and barrier().
+
+Collectives run when called: an async call returns a handle whose result is ready (poll() is True); the handle
+table and synchronize() are Horovod's. allreduce is an autograd Function (the gradient of an allreduce is the same
+allreduce of the gradient, as in Horovod).
+
+join(): while a rank is joined, every allreduce on the global process set is preceded by a small control allgather
+(what is reduced: dtype, numel, op; or "joined"), so joined ranks serve the others' allreduces with zeros (an
+Average still divides by the world size, as in Horovod) until every rank has joined. join() returns the rank that
+joined last (of several joining in the same round, the highest)."""
+import itertools
 
 import torch
-import torch.distributed as dist
 
-from .._compressors import Compression, InvalidArgument, compressor
+from .._compressors import Compression, CompressionSpec, InvalidArgument, compressor
 from .backends import _Backend, _exchange_view
-from .context import Average, _check_op, _ctx, _require_init
+from .context import Adasum, Average, Max, Min, Product, Sum, _ctx, _require_init
+from .errors import _internal_errors
+from .process_sets import _ranks_of, _resolve, global_process_set
+from . import process_sets as _ps
+
+_OPS = (Average, Sum, Min, Max, Product, Adasum)
+_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int16,
+           torch.int8, torch.uint8, torch.bool]
 
 
-def allreduce(tensor, average=None, name=None, op=None, compression=None):
-    """Returns the average (or sum) of `tensor` over all ranks (uncompressed unless `compression` is given)."""
+def _check_reduce_op(op, average=None):
+    if average is not None:
+        if op is not None:
+            raise ValueError("op and average cannot both be given")
+        op = Average if average else Sum
+    if op is None:
+        op = Average
+    if op not in _OPS:
+        raise InvalidArgument(f"gradcomp.torch: unknown reduce op '{op}' (valid: Average, Sum, Min, Max, Product, "
+                              "Adasum)")
+    return op
+
+
+def _scale(t, factor):
+    if factor == 1.0:
+        return t
+    if t.dtype in (torch.float16, torch.bfloat16):
+        return (t.float() * factor).to(t.dtype)
+    return (t.double() * factor).to(t.dtype)  # integers: truncated toward zero, as a C++ cast of the double
+
+
+# ---- handles ----
+_handles = {}
+_next_handle = itertools.count(1)
+
+
+def _new_handle(result):
+    h = next(_next_handle)
+    _handles[h] = result
+    return h
+
+
+def poll(handle):
+    """True when the operation of `handle` has completed (collectives run when called: always True for a live one)."""
+    return handle in _handles or callable(handle)
+
+
+def synchronize(handle):
+    """The result of an async operation (its output tensor, or a tuple); None for an unknown handle, as Horovod."""
+    if callable(handle):
+        return handle()
+    if handle not in _handles:
+        return None
+    return _handles.pop(handle)
+
+
+# ---- join protocol ----
+_joined = [False]
+
+
+def _control(desc):
+    """One control round of the global set: every rank's descriptor (int64[4]: kind, dtype index, numel, op index)."""
+    return _ps.allgather_fixed(torch.tensor(desc, dtype=torch.int64), global_process_set)
+
+
+def _announce(t, op):
+    if _ctx.size > 1:
+        rows = _control([1, _DTYPES.index(t.dtype), t.numel(), _OPS.index(op)])
+        active = rows[rows[:, 0] == 1]
+        if not bool((active == active[0]).all()):
+            raise InvalidArgument(f"allreduce: ranks disagree on (dtype, numel, op): {active[:, 1:].tolist()}")
+
+
+def join(device=-1):
+    """This rank has no more data: serve the other ranks' allreduces with zeros until every rank has joined; returns
+    the rank that joined last."""
     _require_init()
-    op = _check_op(op, average)
-    out = tensor.detach().clone().contiguous()
-    if compression is None or compression == Compression.none:
+    if _ctx.size == 1:
+        return 0
+    before = set()
+    while True:
+        rows = _control([0, 0, 0, 0])
+        joined = {r for r in range(_ctx.size) if int(rows[r, 0]) == 0}
+        if len(joined) == _ctx.size:
+            new = joined - before
+            return max(new) if new else _ctx.size - 1
+        before = joined
+        desc = rows[rows[:, 0] == 1][0]
+        zeros = torch.zeros(int(desc[2]), dtype=_DTYPES[int(desc[1])])
+        _reduce(zeros, _OPS[int(desc[3])], 1.0, 1.0, global_process_set)
+
+
+def barrier(process_set=global_process_set):
+    """Blocks until every rank of the set has reached it."""
+    _ps.barrier(_resolve(process_set))
+
+
+# ---- allreduce ----
+def _reduce(t, op, prescale, postscale, ps):
+    """op over the set of a contiguous tensor, scaled as Horovod scales: prescale before, postscale (/ size for an
+    Average) after."""
+    size = len(_ranks_of(ps))
+    if op == Average and t.dtype == torch.float32 and prescale == 1.0 and postscale == 1.0:
         if _ctx.backend in ("mpi", "runtime"):
-            _ctx.comm.allreduce(out.view(-1), op)
+            out = t.clone()
+            if out.numel():
+                with _internal_errors():
+                    ps.communicator().allreduce(out.view(-1), "average")
+            return out
+        return _ps.allreduce(t, "sum", ps).div_(size)
+    out = _ps.allreduce(_scale(t, prescale), "sum" if op == Average else op, ps)
+    if op == Average:
+        if out.is_floating_point():
+            out = out.div_(size) if postscale == 1.0 else _scale(out.div_(size), postscale)
         else:
-            dist.all_reduce(out)
-            if op == Average:
-                out.div_(_ctx.size)
-        return out
-    c = compressor(compression)
-    _Backend.get().allreduce(c, name or "allreduce", _exchange_view(out, c), 0, op).wait()
+            out = _scale(out, postscale / size)
+    else:
+        out = _scale(out, postscale)
     return out
 
 
-def allreduce_(tensor, average=None, name=None, op=None):
-    tensor.copy_(allreduce(tensor, average=average, name=name, op=op))
-    return tensor
+def _allreduce_impl(tensor, op, prescale, postscale, process_set, name=None):
+    ps = _resolve(process_set)
+    t = tensor.detach().contiguous()
+    if t.device.type != "cpu":
+        raise InvalidArgument(f"allreduce('{name}'): the Python collectives take CPU tensors, got {t.device}")
+    if op == Adasum:
+        try:
+            from .adasum import adasum_allreduce_
+        except ImportError as e:
+            raise InvalidArgument("allreduce(op=Adasum): gradcomp.torch.adasum is not available in this build") from e
+        out = _scale(t.clone(), prescale)
+        adasum_allreduce_(out, process_set=None if ps is global_process_set else ps)
+        return _scale(out, postscale)
+    if ps is global_process_set:
+        _announce(t, op)
+    return _reduce(t, op, prescale, postscale, ps)
 
 
-def broadcast_(tensor, root_rank, name=None):
-    """In place: every rank's `tensor` becomes root_rank's."""
+class _Allreduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, tensor, op, prescale, postscale, process_set, name):
+        ctx.args = (op, prescale, postscale, process_set)
+        return _allreduce_impl(tensor, op, prescale, postscale, process_set, name)
+
+    @staticmethod
+    def backward(ctx, grad):
+        op, prescale, postscale, process_set = ctx.args
+        return allreduce(grad, op=op, prescale_factor=prescale, postscale_factor=postscale,
+                         process_set=process_set), None, None, None, None, None
+
+
+def _is_horovod_codec(compression):
+    return compression is not None and not isinstance(compression, (str, CompressionSpec)) \
+        and hasattr(compression, "compress") and hasattr(compression, "decompress") \
+        and not hasattr(compression, "spec")
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set):
+    """The op (default Average) over the process set's ranks of `tensor` (not modified), differentiable.
+    compression: a Horovod-style class (compress(t) -> (t, ctx), decompress(t, ctx)), or a gradcomp codec spec
+    (reduced by the C++ compressed allreduce of init()'s backend; Average or Sum, global set)."""
     _require_init()
-    if _ctx.backend in ("mpi", "runtime"):
-        if not tensor.is_contiguous():
-            raise InvalidArgument(f"broadcast_('{name}'): tensor must be contiguous")
-        _ctx.comm.broadcast(tensor.detach().view(-1).view(torch.uint8), root_rank)
-    else:
-        dist.broadcast(tensor.detach(), root_rank)
-    return tensor
+    op = _check_reduce_op(op, average)
+    if _is_horovod_codec(compression):
+        payload, cctx = compression.compress(tensor)
+        return compression.decompress(
+            _Allreduce.apply(payload, op, prescale_factor, postscale_factor, process_set, name), cctx)
+    if compression is not None and compression != Compression.none and compression != "none":
+        if op not in (Average, Sum) or process_set not in (None, global_process_set):
+            raise InvalidArgument("allreduce(compression=...): a gradcomp codec reduces with Average or Sum over the "
+                                  "global process set")
+        out = _scale(tensor.detach().clone().contiguous(), prescale_factor)
+        c = compressor(compression)
+        with _internal_errors():
+            _Backend.get().allreduce(c, name or "allreduce", _exchange_view(out, c), 0, op).wait()
+        return _scale(out, postscale_factor)
+    return _Allreduce.apply(tensor, op, prescale_factor, postscale_factor, process_set, name)
 
 
-def broadcast(tensor, root_rank, name=None):
-    return broadcast_(tensor.detach().clone().contiguous(), root_rank, name)
-
-
-def broadcast_object(obj, root_rank=0, name=None):
-    """Pickles `obj` on root_rank and returns it on every rank."""
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=global_process_set):
     _require_init()
-    if _ctx.size == 1:
-        return obj
-    if _ctx.backend == "torch":
-        box = [obj]
-        dist.broadcast_object_list(box, src=root_rank)
-        return box[0]
-    data = pickle.dumps(obj) if _ctx.rank == root_rank else b""
-    length = torch.tensor([len(data)], dtype=torch.int64)
-    broadcast_(length, root_rank)
-    buf = torch.zeros(int(length.item()), dtype=torch.uint8)
-    if _ctx.rank == root_rank:
-        buf.copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
-    broadcast_(buf, root_rank)
-    return pickle.loads(buf.numpy().tobytes())
+    op = _check_reduce_op(op, average)
+    return _new_handle(_allreduce_impl(tensor, op, prescale_factor, postscale_factor, process_set, name))
 
 
-def broadcast_parameters(params, root_rank=0):
-    """Broadcasts a model's ``state_dict()`` or ``named_parameters()`` from root_rank (as horovod.torch does)."""
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set):
+    """In place: `tensor` becomes the reduction; returns it."""
     _require_init()
-    if isinstance(params, dict):
-        items = sorted(params.items())
-    elif isinstance(params, list) or hasattr(params, "__iter__"):
-        items = list(params)
-        if items and not isinstance(items[0], tuple):
-            raise InvalidArgument("broadcast_parameters: pass model.state_dict() or model.named_parameters()")
-    else:
-        raise InvalidArgument(f"broadcast_parameters: invalid params of type {type(params).__name__}")
+    op = _check_reduce_op(op, average)
     with torch.no_grad():
-        for name, p in items:
-            if torch.is_tensor(p):
-                broadcast_(p, root_rank, name)
+        tensor.copy_(_allreduce_impl(tensor, op, prescale_factor, postscale_factor, process_set, name))
+    return tensor
 
 
-def broadcast_optimizer_state(optimizer, root_rank=0):
-    """Makes every rank's optimizer state (hyper-parameters, momenta, gradcomp compressor state) root_rank's."""
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=global_process_set):
+    return _new_handle(allreduce_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set):
+    """allreduce of each tensor of the list (one result per tensor, differentiable)."""
+    return [allreduce(t, average, None if name is None else f"{name}.{i}", compression, op, prescale_factor,
+                      postscale_factor, process_set) for i, t in enumerate(tensors)]
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=global_process_set):
     _require_init()
-    if _ctx.size == 1:
-        return
-    state = optimizer.state_dict() if _ctx.rank == root_rank else None
-    if state is not None:
-        # gradcomp's state (residuals, the runtime's) is per rank and refuses to load on another: each keeps its own.
-        state = {k: v for k, v in state.items() if k != "gradcomp"}
-    state = broadcast_object(state, root_rank)
-    if _ctx.rank != root_rank:
-        optimizer.load_state_dict(state)
+    op = _check_reduce_op(op, average)
+    return _new_handle([_allreduce_impl(t, op, prescale_factor, postscale_factor, process_set, name)
+                        for t in tensors])
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                       process_set=global_process_set):
+    return [allreduce_(t, average, name, op, prescale_factor, postscale_factor, process_set) for t in tensors]
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                             process_set=global_process_set):
+    return _new_handle(grouped_allreduce_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                          process_set))

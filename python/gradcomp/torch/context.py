@@ -9,6 +9,9 @@ from .._compressors import InvalidArgument
 Average = "average"
 Sum = "sum"
 Adasum = "adasum"
+Min = "min"
+Max = "max"
+Product = "product"
 
 
 class _Context:

@@ -120,6 +120,8 @@ def _shutdown_at_exit():
 def shutdown():
     """Releases the process group (init() may be called again)."""
     exchange.close_all()
+    from . import process_sets  # the added process sets end with the process group (init() starts without them)
+    process_sets._reset()
     if _ctx.backend == "torch" and _ctx.owns_process_group and dist.is_initialized():
         dist.destroy_process_group()
     if _ctx.runtime is not None:

@@ -1,0 +1,256 @@
+"""Horovod API parity checks of gradcomp.torch's collectives, topology, process sets and utilities (issue 19). Each
+call's values are compared with a plain reference computed here from every rank's (deterministic) input.
+
+Run under mpirun on the mpi / runtime backends (GRADCOMP_BACKEND), exits non-zero on failure:
+    mpirun -np 4 python tests/python/test_hvd_collectives_mpi.py
+test_hvd_collectives.py runs the same checks on the torch backend (mp.spawn + gloo)."""
+import sys
+
+import torch
+
+import gradcomp
+import gradcomp.torch as hvd
+
+
+def _x(r, dtype=torch.float32, shape=(3, 4)):
+    """Rank r's input: small integers (exact in every dtype and order of summation)."""
+    n = 1
+    for s in shape:
+        n *= s
+    v = (torch.arange(n, dtype=torch.int64).view(shape) % 5) + r - 1
+    return v.to(dtype)
+
+
+def _eq(a, b, what):
+    assert a.dtype == b.dtype, f"{what}: dtype {a.dtype} != {b.dtype}"
+    assert a.shape == b.shape, f"{what}: shape {tuple(a.shape)} != {tuple(b.shape)}"
+    assert torch.equal(a, b), f"{what}: {a} != {b}"
+
+
+def check_allreduce(rank, size):
+    xs = {dt: [_x(r, dt) for r in range(size)] for dt in (torch.float32, torch.float64, torch.int32, torch.int64)}
+    for dt, parts in xs.items():
+        total = parts[0].clone()
+        prod = parts[0].clone()
+        for p in parts[1:]:
+            total += p
+            prod *= p
+        mine = parts[rank]
+        _eq(hvd.allreduce(mine, op=hvd.Sum), total, f"Sum {dt}")
+        _eq(hvd.allreduce(mine, op=hvd.Min), torch.stack(parts).amin(0), f"Min {dt}")
+        _eq(hvd.allreduce(mine, op=hvd.Max), torch.stack(parts).amax(0), f"Max {dt}")
+        _eq(hvd.allreduce(mine, op=hvd.Product), prod, f"Product {dt}")
+        if dt.is_floating_point:
+            _eq(hvd.allreduce(mine), total / size, f"Average {dt}")
+            _eq(hvd.allreduce(mine, op=hvd.Sum, prescale_factor=0.5, postscale_factor=4.0),
+                ((total.double() * 0.5) * 4.0).to(dt), f"scaled Sum {dt}")
+        else:  # Horovod: the sum times (postscale / size), truncated toward zero
+            _eq(hvd.allreduce(mine, op=hvd.Average), (total.double() * (1.0 / size)).to(dt), f"Average {dt}")
+            _eq(hvd.allreduce(mine, op=hvd.Average, postscale_factor=3.0),
+                (total.double() * (3.0 / size)).to(dt), f"scaled Average {dt}")
+    x, total = xs[torch.float32][rank], sum(xs[torch.float32][1:], xs[torch.float32][0].clone())
+    h = hvd.allreduce_async(x, op=hvd.Sum)
+    assert hvd.poll(h)
+    _eq(hvd.synchronize(h), total, "allreduce_async")
+    y = x.clone()
+    _eq(hvd.synchronize(hvd.allreduce_async_(y, op=hvd.Sum)), total, "allreduce_async_")
+    _eq(y, total, "allreduce_async_ in place")
+    y = x.clone()
+    hvd.allreduce_(y, average=False)
+    _eq(y, total, "allreduce_")
+    outs = hvd.grouped_allreduce([x, 2 * x], op=hvd.Sum)
+    _eq(outs[0], total, "grouped_allreduce[0]")
+    _eq(outs[1], 2 * total, "grouped_allreduce[1]")
+    outs = hvd.synchronize(hvd.grouped_allreduce_async([x, 2 * x], op=hvd.Sum))
+    _eq(outs[1], 2 * total, "grouped_allreduce_async")
+    ys = [x.clone(), 2 * x]
+    hvd.synchronize(hvd.grouped_allreduce_async_(ys, op=hvd.Sum))
+    _eq(ys[1], 2 * total, "grouped_allreduce_async_")
+    ys = [x.clone()]
+    hvd.grouped_allreduce_(ys, op=hvd.Sum)
+    _eq(ys[0], total, "grouped_allreduce_")
+    # Differentiable: d/dx sum(allreduce(x, Sum) * w) = allreduce(w, Sum) (w the same on every rank: size * w).
+    w = torch.arange(12, dtype=torch.float32).view(3, 4)
+    xg = x.clone().requires_grad_()
+    (hvd.allreduce(xg, op=hvd.Sum) * w).sum().backward()
+    _eq(xg.grad, w * size, "allreduce gradient")
+    xg = x.clone().requires_grad_()
+    (hvd.allreduce(xg) * w).sum().backward()
+    _eq(xg.grad, w * size / size, "allreduce Average gradient")
+
+
+def check_gathers(rank, size):
+    # allgather with different first dimensions: rank r has r+1 rows.
+    parts = [torch.full((r + 1, 2), float(r)) + torch.arange(2.0) for r in range(size)]
+    _eq(hvd.allgather(parts[rank]), torch.cat(parts), "allgather")
+    _eq(hvd.synchronize(hvd.allgather_async(parts[rank].long())), torch.cat(parts).long(), "allgather_async int64")
+    g = hvd.grouped_allgather([parts[rank], parts[rank].double()])
+    _eq(g[1], torch.cat(parts).double(), "grouped_allgather")
+    _eq(hvd.synchronize(hvd.grouped_allgather_async([parts[rank]]))[0], torch.cat(parts), "grouped_allgather_async")
+    xg = parts[rank].clone().requires_grad_()
+    w = torch.arange(float(sum(r + 1 for r in range(size)) * 2)).view(-1, 2)
+    (hvd.allgather(xg) * w).sum().backward()
+    off = sum(r + 1 for r in range(rank))
+    _eq(xg.grad, w[off:off + rank + 1], "allgather gradient")
+    # broadcast (out of place, in place, async), with the gradient: averaged on the root, zeros elsewhere.
+    root = size - 1
+    x = _x(rank)
+    _eq(hvd.broadcast(x, root), _x(root), "broadcast")
+    _eq(x, _x(rank), "broadcast leaves the input")
+    y = _x(rank, torch.int64)
+    hvd.broadcast_(y, root)
+    _eq(y, _x(root, torch.int64), "broadcast_ int64")
+    _eq(hvd.synchronize(hvd.broadcast_async(x, 0)), _x(0), "broadcast_async")
+    y = x.clone()
+    hvd.synchronize(hvd.broadcast_async_(y, 0))
+    _eq(y, _x(0), "broadcast_async_")
+    xg = x.clone().requires_grad_()
+    hvd.broadcast(xg, root).sum().backward()
+    _eq(xg.grad, torch.ones(3, 4) if rank == root else torch.zeros(3, 4), "broadcast gradient")
+    # alltoall with splits: rank r sends d+1 rows to rank d, each row (r, d).
+    splits = [d + 1 for d in range(size)]
+    send = torch.cat([torch.tensor([[rank, d]] * (d + 1)) for d in range(size)])
+    out, recv = hvd.alltoall(send, splits=torch.tensor(splits, dtype=torch.int32))
+    _eq(out, torch.cat([torch.tensor([[s, rank]] * (rank + 1)) for s in range(size)]), "alltoall splits")
+    _eq(recv, torch.full((size,), rank + 1, dtype=torch.int32), "alltoall received splits")
+    even = torch.arange(2 * size, dtype=torch.float64).view(-1, 1) + 100 * rank
+    expect = torch.cat([torch.arange(2 * rank, 2 * rank + 2, dtype=torch.float64).view(-1, 1) + 100 * s
+                        for s in range(size)])
+    _eq(hvd.alltoall(even), expect, "alltoall equal")
+    _eq(hvd.synchronize(hvd.alltoall_async(even)), expect, "alltoall_async")
+    xg = send.float().requires_grad_()
+    o, _ = hvd.alltoall(xg, splits=splits)
+    (o * (rank + 1)).sum().backward()
+    _eq(xg.grad, torch.cat([torch.full((d + 1, 2), float(d + 1)) for d in range(size)]), "alltoall gradient")
+    # reducescatter: 2*size+1 rows; the first (n % size) ranks get one more row.
+    rows = 2 * size + 1
+    parts = [torch.arange(rows * 3, dtype=torch.float32).view(rows, 3) * (r + 1) for r in range(size)]
+    total = sum(parts[1:], parts[0].clone())
+    base, extra = divmod(rows, size)
+    start = rank * base + min(rank, extra)
+    mine = total[start:start + base + (rank < extra)]
+    _eq(hvd.reducescatter(parts[rank], op=hvd.Sum), mine, "reducescatter Sum")
+    _eq(hvd.reducescatter(parts[rank]), mine / size, "reducescatter Average")
+    _eq(hvd.synchronize(hvd.reducescatter_async(parts[rank], op=hvd.Sum)), mine, "reducescatter_async")
+    _eq(hvd.grouped_reducescatter([parts[rank]], op=hvd.Sum)[0], mine, "grouped_reducescatter")
+    _eq(hvd.synchronize(hvd.grouped_reducescatter_async([parts[rank]], op=hvd.Sum))[0], mine,
+        "grouped_reducescatter_async")
+    # sparse_allreduce_async: the allgathered (uncoalesced) COO tensor, averaged.
+    sp = [torch.sparse_coo_tensor(torch.tensor([[r % 3, 4]]), torch.tensor([1.0 + r, 2.0]), (6,))
+          for r in range(size)]
+    dense = sum((s.to_dense() for s in sp[1:]), sp[0].to_dense()) / size
+    _eq(hvd.synchronize(hvd.sparse_allreduce_async(sp[rank], "sp", hvd.Average)).to_dense(), dense, "sparse")
+
+
+def check_objects(rank, size):
+    assert hvd.allgather_object({"r": rank}) == [{"r": r} for r in range(size)]
+    assert hvd.broadcast_object({"r": rank, "l": [rank] * 3}, root_rank=1) == {"r": 1, "l": [1, 1, 1]}
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise TypeError("cannot pickle this")
+    try:
+        hvd.broadcast_object(Unpicklable() if rank == 0 else None, root_rank=0)
+        raise AssertionError("broadcast_object of an unpicklable object did not raise")
+    except gradcomp.InvalidArgument as e:
+        assert "cannot pickle this" in str(e), e
+    model = torch.nn.Linear(3, 2)
+    torch.nn.init.constant_(model.weight, float(rank))
+    hvd.broadcast_parameters(list(model.parameters()), root_rank=0)
+    _eq(model.weight.detach(), torch.zeros(2, 3), "broadcast_parameters(list)")
+    torch.nn.init.constant_(model.bias, float(rank))
+    hvd.broadcast_parameters(model.named_parameters(), root_rank=1)
+    _eq(model.bias.detach(), torch.ones(2), "broadcast_parameters(named)")
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert len(opt.state) == 2, "broadcast_optimizer_state created no state on a fresh optimizer"
+    opt.param_groups[0]["lr"] = 0.1 * (rank + 1)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+    assert opt.param_groups[0]["lr"] == 0.1
+
+
+def check_join(rank, size):
+    x = _x(rank)
+    if rank == 0:
+        last = hvd.join()
+    else:
+        avg = hvd.allreduce(x)
+        total = sum((_x(r) for r in range(2, size)), _x(1))
+        _eq(avg, total / size, "allreduce while rank 0 is joined")
+        isum = hvd.allreduce(_x(rank, torch.int64), op=hvd.Sum)
+        _eq(isum, sum((_x(r, torch.int64) for r in range(2, size)), _x(1, torch.int64)), "int Sum while joined")
+        last = hvd.join()
+    assert last != 0, f"join() returned {last}, the first rank to join"
+    assert hvd.join() == size - 1  # every rank joins at once: the highest
+
+
+def check_process_sets(rank, size):
+    members = list(range(0, size, 2))
+    ps = hvd.add_process_set(members)
+    assert ps.process_set_id is not None and ps.ranks == members and ps.included() == (rank in members)
+    if rank in members:
+        assert ps.size() == len(members) and ps.rank() == members.index(rank)
+        total = sum((_x(r) for r in members[1:]), _x(members[0]))
+        _eq(hvd.allreduce(_x(rank), op=hvd.Sum, process_set=ps), total, "allreduce process set")
+        _eq(hvd.allreduce(_x(rank, torch.int64), op=hvd.Max, process_set=ps),
+            torch.stack([_x(r, torch.int64) for r in members]).amax(0), "Max process set")
+        _eq(hvd.broadcast(_x(rank), members[-1], process_set=ps), _x(members[-1]), "broadcast process set")
+        _eq(hvd.allgather(torch.tensor([rank]), process_set=ps), torch.tensor(members), "allgather process set")
+        assert hvd.allgather_object(rank, process_set=ps) == members
+        hvd.barrier(process_set=ps)
+    else:
+        try:
+            hvd.allreduce(_x(rank), process_set=ps)
+            raise AssertionError("a non-member's collective on a process set did not raise")
+        except ValueError:
+            pass
+    hvd.barrier()
+    try:
+        hvd.add_process_set(members)
+        raise AssertionError("a duplicate process set was added")
+    except ValueError:
+        pass
+    assert hvd.remove_process_set(ps) and ps.process_set_id is None
+    assert not hvd.remove_process_set(hvd.global_process_set)
+    assert hvd.global_process_set.size() == size and hvd.global_process_set.rank() == rank
+
+
+def check_topology(rank, size):
+    assert hvd.cross_size() * hvd.local_size() >= size and 0 <= hvd.cross_rank() < hvd.cross_size()
+    assert hvd.is_homogeneous() in (True, False)
+    for f in (hvd.mpi_built, hvd.nccl_built, hvd.gloo_built, hvd.cuda_built, hvd.rocm_built, hvd.ddl_built,
+              hvd.ccl_built, hvd.mpi_enabled, hvd.gloo_enabled, hvd.mpi_threads_supported):
+        assert f() in (True, False), f
+    assert hvd.mpi_enabled() == (hvd.backend() in ("mpi", "runtime"))
+    assert hvd.gloo_enabled() == (hvd.backend() == "torch")
+    assert issubclass(hvd.HorovodInternalError, gradcomp.CommError)
+    try:
+        hvd.start_timeline("/nonexistent/timeline.json")
+        raise AssertionError("start_timeline without GRADCOMP_TIMELINE did not raise")
+    except gradcomp.InvalidArgument:
+        pass
+    hvd.stop_timeline()
+
+
+def run_all():
+    rank, size = hvd.rank(), hvd.size()
+    torch.set_num_threads(1)
+    for check in (check_allreduce, check_gathers, check_objects, check_join, check_process_sets, check_topology):
+        check(rank, size)
+        hvd.barrier()
+    return True
+
+
+if __name__ == "__main__":
+    hvd.init()
+    try:
+        run_all()
+    except BaseException:
+        import traceback
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        import os
+        os._exit(1)
+    print(f"rank {hvd.rank()}: hvd collectives OK on backend {hvd.backend()}")
+    hvd.shutdown()
