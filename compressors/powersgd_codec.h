@@ -106,7 +106,7 @@ class Step {
 
  private:
   void plan(const TensorView& tensor, const CompressContext& ctx);
-  void prepare_state(Block& block, int rank);
+  void prepare_state(Block& block);
   void scan(const CompressContext& ctx);
   void build_round1();
   void average_q();

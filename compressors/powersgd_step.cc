@@ -66,7 +66,7 @@ Step::Step(const Options& options, StateMap& states, Scratch& scratch, LowRankOp
     plan(tensor, ctx);
     scan(ctx);
     for (Block& block : blocks_) {
-      if (block.rank > 0) prepare_state(block, ctx.rank);
+      if (block.rank > 0) prepare_state(block);
     }
   } catch (...) {
     // Refused before any state changed; an f16/bf16 conversion may still be queued into the per-device scratch that
@@ -154,8 +154,7 @@ void Step::scan(const CompressContext& ctx) {
   }
 }
 
-void Step::prepare_state(Block& block, int rank) {
-  (void)rank;
+void Step::prepare_state(Block& block) {
   TensorState& state = states_[block.name];
   relocate(state, ops_);
   state.device = ops_.device();

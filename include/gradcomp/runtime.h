@@ -179,6 +179,12 @@ class Runtime {
   // Waits for every tensor submitted so far, releases their handles, then rethrows the first error among them.
   void synchronize();
 
+  // Starts writing the Chrome-trace timeline to `path` ("{rank}" is replaced by the rank; without it only rank 0
+  // writes), closing the one being written, if any. Not collective. Throws InvalidArgument if the file cannot be
+  // opened. stop_timeline() closes it (a valid JSON file); later events are dropped until the next start.
+  void start_timeline(const std::string& path);
+  void stop_timeline();
+
   // Finishes the work every rank submitted, completes the rest with an error, stops the thread and closes the
   // timeline. Collective: every rank must call it (or destroy its runtime). Idempotent; bounded by the timeout.
   void shutdown();

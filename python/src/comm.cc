@@ -210,6 +210,9 @@ void init_comm(nb::module_& m) {
              nb::gil_scoped_release release;
              r.shutdown();
            })
+      .def("start_timeline", &Runtime::start_timeline, "path"_a,
+           "Writes the Chrome-trace timeline to `path` ({rank} replaced; without it only rank 0 writes) from now on.")
+      .def("stop_timeline", &Runtime::stop_timeline, "Closes the timeline file (valid JSON).")
       .def("residual", &Runtime::residual, "name"_a)
       .def(
           "save_state",

@@ -278,7 +278,7 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
   }
   auto copy_end = Clock::now();
   record.copy_in_s = std::chrono::duration<double>(copy_end - copy_start).count();
-  if (timeline_ && !single) timeline_->event("copy_in", "fusion", 1, copy_start, copy_end);
+  if (timeline_ && timeline_->active() && !single) timeline_->event("copy_in", "fusion", 1, copy_start, copy_end);
 
   AllreduceOptions options;
   options.op = group.op;  // one op per buffer: plan_fusion never mixes ops
@@ -296,7 +296,7 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
   record.compress_s = stats.compress_s;
   record.communicate_s = stats.communicate_s;
   record.decompress_s = stats.decompress_s;
-  if (timeline_) {
+  if (timeline_ && timeline_->active()) {
     // The collective reports per-phase durations; they are laid end to end inside the call.
     auto at = call_start;
     auto span = [&](const char* phase, double seconds) {
@@ -323,7 +323,7 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
     space.synchronize();  // the members are complete when their handles are
     auto out_end = Clock::now();
     record.copy_out_s = std::chrono::duration<double>(out_end - out_start).count();
-    if (timeline_) timeline_->event("copy_out", "fusion", 1, out_start, out_end);
+    if (timeline_ && timeline_->active()) timeline_->event("copy_out", "fusion", 1, out_start, out_end);
   }
   return record;
 }

@@ -152,13 +152,18 @@ void Runtime::Impl::require_idle(const char* what) const {
 }
 
 runtime::Timeline* Runtime::Impl::open_timeline(Communicator& comm) {
-  if (options_.timeline_path.empty()) return nullptr;
-  std::string path = options_.timeline_path;
+  if (!options_.timeline_path.empty()) start_timeline(options_.timeline_path, comm.rank());
+  return &timeline_;  // events are dropped while it is closed
+}
+
+void Runtime::Impl::start_timeline(const std::string& path_pattern, int rank) {
+  GRADCOMP_CHECK(!path_pattern.empty(), "start_timeline: the path must not be empty (rank {})", rank);
+  std::string path = path_pattern;
   const auto at = path.find("{rank}");
-  if (at != std::string::npos) path.replace(at, 6, std::to_string(comm.rank()));
-  if (at == std::string::npos && comm.rank() != 0) return nullptr;
-  timeline_.open(path, comm.rank());
-  return &timeline_;
+  if (at != std::string::npos) path.replace(at, 6, std::to_string(rank));
+  timeline_.close();
+  if (at == std::string::npos && rank != 0) return;  // one file: rank 0 writes it
+  timeline_.open(path, rank);
 }
 
 std::string Runtime::Impl::canonical(const std::string& spec) {
@@ -230,6 +235,8 @@ void Runtime::allreduce_async(std::string_view name, const TensorView& tensor, s
 void Runtime::wait(Handle handle) { impl_->wait(handle); }
 bool Runtime::poll(Handle handle) const { return impl_->poll(handle); }
 void Runtime::synchronize() { impl_->synchronize(); }
+void Runtime::start_timeline(const std::string& path) { impl_->start_timeline(path, impl_->rank()); }
+void Runtime::stop_timeline() { impl_->stop_timeline(); }
 void Runtime::shutdown() { impl_->shutdown(); }
 RuntimeStats Runtime::stats() const { return impl_->stats(false); }
 RuntimeStats Runtime::take_stats() { return impl_->stats(true); }

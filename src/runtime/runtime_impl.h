@@ -45,6 +45,10 @@ class Runtime::Impl {
   bool poll(Handle handle) const;
   void synchronize();
   void shutdown();
+  // Closes the timeline if open, then opens `path_pattern` ("{rank}" replaced; without it only rank 0 writes).
+  void start_timeline(const std::string& path_pattern, int rank);
+  void stop_timeline() { timeline_.close(); }
+  int rank() const { return comm_.rank(); }
   RuntimeStats stats(bool reset);
   std::vector<float> residual(std::string_view name) const { return executor_.residual(std::string(name)); }
   std::vector<std::byte> save_state() const;

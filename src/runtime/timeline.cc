@@ -20,6 +20,7 @@ void Timeline::open(const std::string& path, int pid) {
              "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{0},\"tid\":0,\"args\":{{\"name\":\"gradcomp rank {0}\"}}}}",
              pid_);
   first_ = false;
+  active_.store(true, std::memory_order_release);
 }
 
 void Timeline::event(std::string_view name, std::string_view category, int tid, Clock::time_point begin,
@@ -38,6 +39,7 @@ void Timeline::event(std::string_view name, std::string_view category, int tid, 
 void Timeline::close() {
   std::lock_guard lock(mutex_);
   if (file_ == nullptr) return;
+  active_.store(false, std::memory_order_release);
   std::fputs("\n]}\n", file_);
   std::fclose(file_);
   file_ = nullptr;

@@ -4,6 +4,7 @@
 
 #include "src/core/json.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -24,7 +25,7 @@ class Timeline {
 
   // Opens `path` for writing (throws InvalidArgument if it cannot). `pid` labels the process row (the rank).
   void open(const std::string& path, int pid);
-  bool active() const { return file_ != nullptr; }
+  bool active() const { return active_.load(std::memory_order_acquire); }
   // One event [begin, end) named `name` in category `category` on row `tid`; `args_json` is "" or a JSON object.
   void event(std::string_view name, std::string_view category, int tid, Clock::time_point begin,
              Clock::time_point end, std::string_view args_json = {});
@@ -34,6 +35,7 @@ class Timeline {
  private:
   std::mutex mutex_;
   std::FILE* file_ = nullptr;
+  std::atomic<bool> active_{false};
   int pid_ = 0;
   bool first_ = true;
   Clock::time_point origin_{};

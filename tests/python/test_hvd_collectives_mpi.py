@@ -6,6 +6,8 @@ Run under mpirun on the mpi / runtime backends (GRADCOMP_BACKEND), exits non-zer
 test_hvd_collectives.py runs the same checks on the torch backend (mp.spawn + gloo)."""
 import sys
 
+import os
+
 import torch
 
 import gradcomp
@@ -225,11 +227,23 @@ def check_topology(rank, size):
     assert hvd.gloo_enabled() == (hvd.backend() == "torch")
     assert issubclass(hvd.HorovodInternalError, gradcomp.CommError)
     try:
-        hvd.start_timeline("/nonexistent/timeline.json")
-        raise AssertionError("start_timeline without GRADCOMP_TIMELINE did not raise")
+        hvd.start_timeline("/nonexistent/timeline_{rank}.json")  # no runtime, or a file that cannot be opened
+        raise AssertionError("start_timeline of /nonexistent did not raise")
     except gradcomp.InvalidArgument:
         pass
     hvd.stop_timeline()
+    if hvd.backend() == "runtime":
+        # The runtime's timeline, started and stopped while it runs: the exchange in between is in the file.
+        import json
+        import tempfile
+        folder = hvd.broadcast_object(tempfile.mkdtemp() if rank == 0 else None)
+        pattern = os.path.join(folder, "timeline_{rank}.json")
+        hvd.start_timeline(pattern)
+        hvd.allreduce(torch.ones(64), name="timeline.probe", compression="topk:ratio=0.5")
+        hvd.stop_timeline()
+        with open(pattern.replace("{rank}", str(rank))) as f:
+            names = {event["name"] for event in json.load(f)["traceEvents"]}
+        assert "timeline.probe" in names and "compress" in names, sorted(names)
 
 
 def run_all():

@@ -235,6 +235,36 @@ TEST(Runtime, TimelineIsValidJsonWithEveryPhase) {
   }
 }
 
+TEST(Runtime, TimelineStartsAndStopsWhileRunning) {
+  // No timeline at construction; start_timeline() opens one for the work that follows, stop_timeline() closes it
+  // (valid JSON), and work after the stop is not in it.
+  const std::string pattern = ::testing::TempDir() + "/gradcomp_rt_started_{rank}.json";
+  run_ranks(2, [&](Communicator& comm) {
+    Runtime rt(comm, quiet_options());
+    std::vector<float> before(100, 1.0f), during(100, 1.0f), after(100, 1.0f);
+    rt.wait(rt.allreduce_async("before", TensorView::of(std::span<float>(before))));
+    rt.start_timeline(pattern);
+    rt.wait(rt.allreduce_async("during", TensorView::of(std::span<float>(during))));
+    rt.stop_timeline();
+    rt.wait(rt.allreduce_async("after", TensorView::of(std::span<float>(after))));
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string path = pattern;
+    path.replace(path.find("{rank}"), 6, std::to_string(rank));
+    std::ifstream in(path);
+    ASSERT_TRUE(in) << path;
+    std::stringstream text;
+    text << in.rdbuf();
+    testing::Json json = testing::JsonParser(text.str()).parse();
+    std::set<std::string> names;
+    for (const auto& event : json.at("traceEvents").array) names.insert(event.at("name").string);
+    EXPECT_TRUE(names.count("during")) << "rank " << rank;
+    EXPECT_FALSE(names.count("before")) << "rank " << rank;
+    EXPECT_FALSE(names.count("after")) << "rank " << rank;
+    std::remove(path.c_str());
+  }
+}
+
 class Residuals : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(Residuals, StayRightWhenFusionThresholdChanges) {

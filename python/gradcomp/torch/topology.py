@@ -4,7 +4,6 @@ mpi_threads_supported) and start_timeline / stop_timeline.
 Nodes: ranks [k*local_size, (k+1)*local_size) form node k (the launcher's local size; GRADCOMP_LOCAL_SIZE as in the
 C++ Communicator::node_color()). cross_rank is the node index, cross_size the node count, as Horovod's cross
 communicator (ranks of equal local_rank)."""
-import os
 
 import torch
 
@@ -80,20 +79,19 @@ def ccl_built():
 
 
 def start_timeline(file_path, mark_cycles=False):
-    """The C++ runtime writes its timeline (Chrome trace JSON) from construction when GRADCOMP_TIMELINE names a file
-    (docs/runtime.md); it cannot start one later. start_timeline(path) is a no-op when that timeline is the one
-    asked for, and raises InvalidArgument otherwise (set GRADCOMP_TIMELINE=path before init(); the "mpi" and "torch"
-    backends have no timeline)."""
+    """Starts the fusion runtime's Chrome-trace timeline (negotiation, queue, fusion copies, compress / communicate /
+    decompress per buffer) in `file_path` ("{rank}" in the path gives one file per rank; otherwise rank 0 writes it),
+    closing the one being written. mark_cycles is accepted for Horovod compatibility (every cycle that does work is
+    marked). The "mpi" and "torch" backends have no runtime: InvalidArgument."""
     _require_init()
-    current = os.environ.get("GRADCOMP_TIMELINE", "")
-    if _ctx.backend == "runtime" and current and os.path.abspath(current) == os.path.abspath(str(file_path)):
-        return
-    raise InvalidArgument(f"start_timeline('{file_path}'): gradcomp's timeline is the fusion runtime's, written from "
-                          f"init() when GRADCOMP_TIMELINE names the file (backend '{_ctx.backend}', "
-                          f"GRADCOMP_TIMELINE='{current}'): set GRADCOMP_TIMELINE={file_path} before init() with the "
-                          f"runtime backend")
+    if _ctx.backend != "runtime" or _ctx.runtime is None:
+        raise InvalidArgument(f"start_timeline('{file_path}'): the timeline is the fusion runtime's; backend "
+                              f"'{_ctx.backend}' has none (init(backend='runtime') under mpirun)")
+    _ctx.runtime.start_timeline(str(file_path))
 
 
 def stop_timeline():
-    """No-op: the runtime's timeline is closed by shutdown()."""
+    """Closes the runtime's timeline file (a no-op on the other backends)."""
     _require_init()
+    if _ctx.backend == "runtime" and _ctx.runtime is not None:
+        _ctx.runtime.stop_timeline()
