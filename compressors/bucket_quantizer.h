@@ -23,7 +23,7 @@
 //
 // A bucket whose v holds NaN/Inf is the same for every codec: NaN scale, zero codes, the finite part of v kept in
 // the residual (kernels::signmag_nonfinite_range, which is also 1-bit's all-zero sign bits). The CUDA backend of the
-// three is compressors/quantize_cuda.cc (one kernel family, the same BucketLayout).
+// three is compressors/quantize_cuda_backend.cc (one kernel family, the same BucketLayout).
 #pragma once
 
 #include <cstddef>

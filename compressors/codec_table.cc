@@ -16,9 +16,9 @@
 #include "gradcomp/config.h"
 
 #if GRADCOMP_WITH_CUDA
-#include "compressors/dense_cuda.h"
-#include "compressors/quantize_cuda.h"
-#include "compressors/sparse_cuda.h"
+#include "compressors/dense_cuda_backend.h"
+#include "compressors/quantize_cuda_backend.h"
+#include "compressors/sparse_cuda_backend.h"
 #define GRADCOMP_CUDA_BACKEND(factory) &factory
 #else
 #define GRADCOMP_CUDA_BACKEND(factory) nullptr

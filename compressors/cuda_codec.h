@@ -1,7 +1,7 @@
 // The CUDA half of a codec (CUDA builds only). ErrorFeedbackCompressor owns the device state and the workspace and
 // calls these; a codec's CUDA backend only turns device values into a payload in exactly the CPU format, and back.
 //
-// Backends live in compressors/<codec>_cuda.cc (host orchestration) + kernels/<codec>_cuda.cu (kernels) and are
+// Backends live in compressors/<codec>_cuda_backend.cc (host orchestration) + kernels/<codec>_cuda.cu (kernels) and are
 // listed in compressors/cuda_codecs.cc, so a codec's CPU file never needs to change for its CUDA path.
 #pragma once
 

@@ -48,7 +48,7 @@ void read_scales(const payload::View& view, std::string_view codec, std::size_t 
 // The payload of a bucketed quantizer (qsgd, terngrad, onebit) for one configuration: header params, section 0 = one
 // f32 scale per bucket, section 1 = `bits`-bit codes. Each codec builds it from its parameters (<codec>_layout() in
 // compressors/<codec>.h); its CPU skeleton (compressors/bucket_quantizer.h) and its CUDA backend
-// (compressors/quantize_cuda.cc) both take header and validation from it, so they write and accept the same bytes.
+// (compressors/quantize_cuda_backend.cc) both take header and validation from it, so they write and accept the same bytes.
 struct BucketLayout {
   payload::CodecId codec = payload::CodecId::kCustom;
   std::string_view name;          // the codec's registry name, for messages

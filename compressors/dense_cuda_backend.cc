@@ -3,7 +3,7 @@
 #include "gradcomp/config.h"
 
 #if GRADCOMP_WITH_CUDA
-#include "compressors/dense_cuda.h"
+#include "compressors/dense_cuda_backend.h"
 
 #include <cmath>
 

@@ -4,7 +4,7 @@
 #include "gradcomp/config.h"
 
 #if GRADCOMP_WITH_CUDA
-#include "compressors/quantize_cuda.h"
+#include "compressors/quantize_cuda_backend.h"
 
 #include "compressors/cuda_codec.h"
 #include "compressors/onebit.h"

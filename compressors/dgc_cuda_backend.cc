@@ -11,7 +11,7 @@
 
 #include "compressors/cuda_codec.h"
 #include "compressors/dgc.h"
-#include "compressors/sparse_cuda.h"
+#include "compressors/sparse_cuda_backend.h"
 #include "compressors/sparse_payload.h"
 #include "gradcomp/error.h"
 #include "kernels/cuda_check.h"

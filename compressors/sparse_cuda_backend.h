@@ -14,7 +14,7 @@ struct CudaDecodeArgs;
 
 // The backend of `codec` configured as the CPU codec parses `params`, or null when it has none.
 std::unique_ptr<CudaCodec> make_sparse_cuda_codec(payload::CodecId codec, const Params& params);
-// dgc's backend (compressors/dgc_cuda.cc), configured from dgc's parsed parameters.
+// dgc's backend (compressors/dgc_cuda_backend.cc), configured from dgc's parsed parameters.
 std::unique_ptr<CudaCodec> make_dgc_cuda_codec(const Params& params);
 
 // sparse::decode_index_value on the device (topk, dgc): host checks of the header (CorruptPayload), a validation
