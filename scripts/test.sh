@@ -59,6 +59,11 @@ cmake -S . -B "$build_dir" -G Ninja "${cmake_flags[@]}" \
   || { cat "$build_dir/configure.log"; exit 1; }
 echo "[test] build (2 jobs)"
 cmake --build "$build_dir" -j 2
+if [ $sanitize -eq 0 ]; then
+  # Development install: .venv imports gradcomp from this build (README: `mpirun -np 4 .venv/bin/python train.py`).
+  site=$("$GRADCOMP_VENV/bin/python" -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+  echo "$(cd "$build_dir" && pwd)/python" >"$site/gradcomp-dev.pth"
+fi
 
 echo "[test] ctest ${label:+(label $label)}"
 junit="$ROOT/$build_dir/ctest-junit.xml"
