@@ -13,17 +13,13 @@
 
 #if GRADCOMP_WITH_CUDA
 #include <cuda_runtime.h>
+
+#include "kernels/cuda_check.h"
 #endif
 
 namespace gradcomp::comm {
 
 #if GRADCOMP_WITH_CUDA
-inline void cuda_check(cudaError_t status, const char* what) {
-  if (status != cudaSuccess) {
-    throw CudaError(fmt::format("host staging: {} failed: {}", what, cudaGetErrorString(status)));
-  }
-}
-
 // True when `pointer` is device (or managed) memory.
 inline bool is_device_pointer(const void* pointer) {
   if (pointer == nullptr) return false;
@@ -42,9 +38,9 @@ class HostStage {
   explicit HostStage(const TensorView& device_view) : device_(device_view), host_(device_view.bytes()) {
 #if GRADCOMP_WITH_CUDA
     auto stream = static_cast<cudaStream_t>(device_.stream());
-    cuda_check(cudaMemcpyAsync(host_.data(), device_.data(), host_.size(), cudaMemcpyDeviceToHost, stream),
-               "cudaMemcpyAsync (stage to host)");
-    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (stage to host)");
+    GRADCOMP_CUDA_CHECK_IN(cudaMemcpyAsync(host_.data(), device_.data(), host_.size(), cudaMemcpyDeviceToHost, stream),
+                           "host staging");
+    GRADCOMP_CUDA_CHECK_IN(cudaStreamSynchronize(stream), "host staging");
 #else
     throw InvalidArgument(fmt::format("{} is on a CUDA device but gradcomp was built without CUDA",
                                       device_.describe()));
@@ -54,9 +50,9 @@ class HostStage {
   void copy_back() {
 #if GRADCOMP_WITH_CUDA
     auto stream = static_cast<cudaStream_t>(device_.stream());
-    cuda_check(cudaMemcpyAsync(device_.data(), host_.data(), host_.size(), cudaMemcpyHostToDevice, stream),
-               "cudaMemcpyAsync (stage to device)");
-    cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (stage to device)");
+    GRADCOMP_CUDA_CHECK_IN(cudaMemcpyAsync(device_.data(), host_.data(), host_.size(), cudaMemcpyHostToDevice, stream),
+                           "host staging");
+    GRADCOMP_CUDA_CHECK_IN(cudaStreamSynchronize(stream), "host staging");
 #endif
   }
 
@@ -74,13 +70,15 @@ class SpanStage {
     if (cuda_aware) return;
     if (is_device_pointer(send.data())) {
       send_host_.resize(send.size());
-      cuda_check(cudaMemcpy(send_host_.data(), send.data(), send.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+      GRADCOMP_CUDA_CHECK_IN(cudaMemcpy(send_host_.data(), send.data(), send.size(), cudaMemcpyDeviceToHost),
+                             "host staging");
       send_ = send_host_;
     }
     if (is_device_pointer(recv.data())) {
       recv_host_.resize(recv.size());
       // In-place calls (broadcast) read the receive buffer too.
-      cuda_check(cudaMemcpy(recv_host_.data(), recv.data(), recv.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+      GRADCOMP_CUDA_CHECK_IN(cudaMemcpy(recv_host_.data(), recv.data(), recv.size(), cudaMemcpyDeviceToHost),
+                             "host staging");
       recv_ = recv_host_;
       staged_recv_ = true;
     }
@@ -93,8 +91,8 @@ class SpanStage {
   void copy_back() {
 #if GRADCOMP_WITH_CUDA
     if (staged_recv_) {
-      cuda_check(cudaMemcpy(user_recv_.data(), recv_host_.data(), recv_host_.size(), cudaMemcpyHostToDevice),
-                 "cudaMemcpy");
+      GRADCOMP_CUDA_CHECK_IN(cudaMemcpy(user_recv_.data(), recv_host_.data(), recv_host_.size(), cudaMemcpyHostToDevice),
+                             "host staging");
     }
 #endif
   }

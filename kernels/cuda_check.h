@@ -6,9 +6,10 @@
 #include <cuda_runtime_api.h>
 
 namespace gradcomp::detail {
-// Throws gradcomp::CudaError; defined in kernels/cuda_errors.cc.
+// Throws gradcomp::CudaError; defined in kernels/cuda_errors.cc. `context` (may be null) is appended in parentheses,
+// e.g. "nccl communicator rank 3".
 [[noreturn]] void throw_cuda_error(int code, const char* name, const char* description, const char* expression,
-                                   const char* file, int line);
+                                   const char* file, int line, const char* context = nullptr);
 }  // namespace gradcomp::detail
 
 // Evaluates a CUDA runtime call once; throws gradcomp::CudaError (with file/line and the call's text) unless it
@@ -20,6 +21,19 @@ namespace gradcomp::detail {
       ::gradcomp::detail::throw_cuda_error(static_cast<int>(gradcomp_cuda_status_),                            \
                                            cudaGetErrorName(gradcomp_cuda_status_),                            \
                                            cudaGetErrorString(gradcomp_cuda_status_), #expr, __FILE__, __LINE__); \
+    }                                                                                                          \
+  } while (0)
+
+// GRADCOMP_CUDA_CHECK with a context string (a const char*, evaluated only on failure) naming who failed, e.g. the
+// communicator and rank: the one check every CUDA call site uses (kernels, codecs, staging, NCCL).
+#define GRADCOMP_CUDA_CHECK_IN(expr, context)                                                                  \
+  do {                                                                                                         \
+    const cudaError_t gradcomp_cuda_status_ = (expr);                                                          \
+    if (gradcomp_cuda_status_ != cudaSuccess) [[unlikely]] {                                                   \
+      ::gradcomp::detail::throw_cuda_error(static_cast<int>(gradcomp_cuda_status_),                            \
+                                           cudaGetErrorName(gradcomp_cuda_status_),                            \
+                                           cudaGetErrorString(gradcomp_cuda_status_), #expr, __FILE__, __LINE__, \
+                                           (context));                                                         \
     }                                                                                                          \
   } while (0)
 

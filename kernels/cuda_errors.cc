@@ -6,12 +6,13 @@
 namespace gradcomp::detail {
 
 [[noreturn]] void throw_cuda_error(int code, const char* name, const char* description, const char* expression,
-                                   const char* file, int line);
+                                   const char* file, int line, const char* context = nullptr);
 
 void throw_cuda_error(int code, const char* name, const char* description, const char* expression, const char* file,
-                      int line) {
-  throw CudaError(fmt::format("CUDA error {} ({}: {}) from `{}` at {}:{}", code, name ? name : "?",
-                              description ? description : "?", expression, file, line));
+                      int line, const char* context) {
+  throw CudaError(fmt::format("CUDA error {} ({}: {}) from `{}` at {}:{}{}{}{}", code, name ? name : "?",
+                              description ? description : "?", expression, file, line, context ? " (" : "",
+                              context ? context : "", context ? ")" : ""));
 }
 
 }  // namespace gradcomp::detail

@@ -20,15 +20,10 @@
 #include "comm/host_stage.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/error.h"
+#include "kernels/cuda_check.h"
 
 namespace gradcomp {
 namespace {
-
-void cuda_check(cudaError_t status, std::string_view what, int rank) {
-  if (status != cudaSuccess) {
-    throw CudaError(fmt::format("nccl communicator (rank {}): {} failed: {}", rank, what, cudaGetErrorString(status)));
-  }
-}
 
 ncclDataType_t nccl_type(DType dtype) {
   switch (dtype) {
@@ -61,9 +56,13 @@ class DeviceBytes {
       return;
     }
     host_ = const_cast<std::byte*>(bytes.data());
-    cuda_check(cudaMalloc(reinterpret_cast<void**>(&device_), size_), "cudaMalloc (staging)", rank_);
+    GRADCOMP_CUDA_CHECK_IN(cudaMalloc(reinterpret_cast<void**>(&device_), size_),
+                           fmt::format("nccl communicator rank {}", rank_).c_str());
     owned_ = true;
-    if (copy_in) cuda_check(cudaMemcpy(device_, host_, size_, cudaMemcpyHostToDevice), "cudaMemcpy (stage in)", rank_);
+    if (copy_in) {
+      GRADCOMP_CUDA_CHECK_IN(cudaMemcpy(device_, host_, size_, cudaMemcpyHostToDevice),
+                             fmt::format("nccl communicator rank {}", rank_).c_str());
+    }
   }
   ~DeviceBytes() {
     if (owned_) cudaFree(device_);
@@ -72,7 +71,10 @@ class DeviceBytes {
   DeviceBytes& operator=(const DeviceBytes&) = delete;
   std::byte* data() const { return device_; }
   void copy_out() {
-    if (owned_) cuda_check(cudaMemcpy(host_, device_, size_, cudaMemcpyDeviceToHost), "cudaMemcpy (stage out)", rank_);
+    if (owned_) {
+      GRADCOMP_CUDA_CHECK_IN(cudaMemcpy(host_, device_, size_, cudaMemcpyDeviceToHost),
+                             fmt::format("nccl communicator rank {}", rank_).c_str());
+    }
   }
 
  private:
@@ -89,8 +91,9 @@ class NcclCommunicator final : public Communicator {
       : comm_(comm), device_(device), timeout_(timeout) {
     ncclCommUserRank(comm_, &rank_);
     ncclCommCount(comm_, &size_);
-    cuda_check(cudaSetDevice(device_), "cudaSetDevice", rank_);
-    cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate", rank_);
+    GRADCOMP_CUDA_CHECK_IN(cudaSetDevice(device_), fmt::format("nccl communicator rank {}", rank_).c_str());
+    GRADCOMP_CUDA_CHECK_IN(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                           fmt::format("nccl communicator rank {}", rank_).c_str());
   }
   // Finalizes (flushes outstanding operations; non-blocking, so polled under the timeout), then destroys; aborts
   // instead when finalizing fails or times out. Never throws.
@@ -224,7 +227,7 @@ class NcclCommunicator final : public Communicator {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t child = nullptr;
-    cuda_check(cudaSetDevice(device_), "cudaSetDevice", rank_);
+    GRADCOMP_CUDA_CHECK_IN(cudaSetDevice(device_), fmt::format("nccl communicator rank {}", rank_).c_str());
     check(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config), "ncclCommSplit");
     // The parent is non-blocking too: the split may still be in progress on it (also on a rank that takes no part
     // and gets no child), and it must not be used for anything else before it is done.
@@ -271,7 +274,7 @@ class NcclCommunicator final : public Communicator {
   void run(std::string_view op, std::size_t bytes, cudaStream_t stream, Launch&& launch) {
     GRADCOMP_CHECK_AS(CommError, !aborted_, "nccl communicator: {} on rank {} refused: the communicator was aborted "
                       "after an earlier failure", op, rank_);
-    cuda_check(cudaSetDevice(device_), "cudaSetDevice", rank_);
+    GRADCOMP_CUDA_CHECK_IN(cudaSetDevice(device_), fmt::format("nccl communicator rank {}", rank_).c_str());
     check(launch(stream), op);
     const auto start = std::chrono::steady_clock::now();
     // Phase 1 (enqueued): while the call is ncclInProgress the stream may not hold the operation yet, so an empty
@@ -291,7 +294,8 @@ class NcclCommunicator final : public Communicator {
       if (enqueued) {
         const cudaError_t status = cudaStreamQuery(stream);
         if (status == cudaSuccess) return;
-        if (status != cudaErrorNotReady) cuda_check(status, fmt::format("{} (cudaStreamQuery)", op), rank_);
+        if (status != cudaErrorNotReady)
+          GRADCOMP_CUDA_CHECK_IN(status, fmt::format("nccl communicator rank {}, {}", rank_, op).c_str());
       }
       if (std::chrono::steady_clock::now() - start > timeout_) {
         ncclCommAbort(comm_);
@@ -325,11 +329,13 @@ class NcclCommunicator final : public Communicator {
 
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device_index) {
   int devices = 0;
-  cuda_check(cudaGetDeviceCount(&devices), "cudaGetDeviceCount", bootstrap.rank());
+  GRADCOMP_CUDA_CHECK_IN(cudaGetDeviceCount(&devices),
+                         fmt::format("nccl communicator rank {}", bootstrap.rank()).c_str());
   GRADCOMP_CHECK(device_index >= 0 && device_index < devices,
                  "make_nccl_communicator: rank {} asked for CUDA device {} but {} device(s) are visible",
                  bootstrap.rank(), device_index, devices);
-  cuda_check(cudaSetDevice(device_index), "cudaSetDevice", bootstrap.rank());
+  GRADCOMP_CUDA_CHECK_IN(cudaSetDevice(device_index),
+                         fmt::format("nccl communicator rank {}", bootstrap.rank()).c_str());
   ncclUniqueId id{};
   if (bootstrap.rank() == 0) {
     const ncclResult_t result = ncclGetUniqueId(&id);
