@@ -199,6 +199,17 @@ def check_process_sets(rank, size):
         _eq(hvd.broadcast(_x(rank), members[-1], process_set=ps), _x(members[-1]), "broadcast process set")
         _eq(hvd.allgather(torch.tensor([rank]), process_set=ps), torch.tensor(members), "allgather process set")
         assert hvd.allgather_object(rank, process_set=ps) == members
+        # DistributedOptimizer over the set: a lossy C++ codec through the set's communicator (on the runtime
+        # backend too, whose fusion runtime runs on the world), gradients averaged over the members alone.
+        weight = torch.nn.Parameter(torch.zeros(4, 6))
+        opt = hvd.DistributedOptimizer(torch.optim.SGD([weight], lr=1.0), [("set.weight", weight)],
+                                       compression="topk:ratio=1.0", process_set=ps)
+        opt.zero_grad()
+        (weight * (rank + 1)).sum().backward()
+        want = torch.full((4, 6), sum(r + 1 for r in members) / len(members))
+        opt.synchronize()
+        _eq(weight.grad, want, "DistributedOptimizer process set")
+        opt._remove_hooks()
         hvd.barrier(process_set=ps)
     else:
         try:

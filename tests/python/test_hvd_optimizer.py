@@ -215,16 +215,41 @@ def _options_worker(rank, world, url):
     _check_dense_option(rank, world, lambda m: hvd.DistributedOptimizer(
         sgd(m), m.named_parameters(), process_set=getattr(hvd, "global_process_set", None)), "global process set")
 
+    _check_process_set_optimizer(rank, world, sgd)
+
     class OtherSet:
         process_set_id = 3
         ranks = [0]
-    with pytest.raises(ValueError, match="process set"):
+    with pytest.raises(ValueError, match="not registered"):
         hvd.DistributedOptimizer(sgd(helpers.make_model()), process_set=OtherSet())
 
     _check_sparse(rank, world, sparse_as_dense=False)
     _check_sparse(rank, world, sparse_as_dense=True)
     _check_adasum_optimizer(rank, world)
     hvd.shutdown()
+
+
+def _check_process_set_optimizer(rank, world, sgd):
+    """A registered subset (the even ranks): its members' gradients are averaged over the set alone; the others do
+    not build the optimizer (as in Horovod), and building it there raises."""
+    members = list(range(0, world, 2))  # [0] on 2 ranks (a set of one), [0, 2] on 4
+    ps = hvd.add_process_set(members)
+    model = helpers.make_model(seed=0)
+    batches = [helpers.make_batch(3, r) for r in range(world)]
+    if rank in members:
+        opt = hvd.DistributedOptimizer(sgd(model), model.named_parameters(), process_set=ps)
+        opt.zero_grad()
+        helpers.loss_of(model, batches[rank]).backward()
+        opt.synchronize()
+        local = [_local_grads(model, [batches[r]])[0] for r in members]
+        for n, p in model.named_parameters():
+            want = sum(l[n] for l in local) / len(members)
+            _close(p.grad, want, 1e-6, f"process set {members}: {n} rank {rank}")
+        opt._remove_hooks()
+    else:
+        with pytest.raises(ValueError, match="not a member"):
+            hvd.DistributedOptimizer(sgd(model), model.named_parameters(), process_set=ps)
+    hvd.remove_process_set(ps)
 
 
 def _check_sparse(rank, world, sparse_as_dense):

@@ -1,7 +1,8 @@
 """How one tensor's compressed allreduce is carried out on each backend init() can choose, as DistributedOptimizer and
 allreduce(compression=...) use it: "torch" (the C++ algorithms over the process group, in its exchange worker, as
 the DDP hook), "mpi" (the C++ compressed_allreduce over gradcomp's MPI communicator) or "runtime" (the C++ fusion
-runtime). Each returns a handle whose wait() completes the reduction in place."""
+runtime). Each returns a handle whose wait() completes the reduction in place. `process_set` (a registered, resolved
+ProcessSet other than the global one, or None for the world) reduces over that set's communicator or group."""
 import torch
 
 from .. import _gradcomp as _C
@@ -38,11 +39,19 @@ class _Backend:
         return _Backend._instance
 
 
+def _set_comm(process_set):
+    """The C++ communicator of `process_set` (None: the world's) and its size."""
+    if process_set is None:
+        return _ctx.comm, _ctx.size
+    return process_set.communicator(), process_set.size()
+
+
 class _TorchBackend(_Backend):
     kind = "torch"
 
-    def allreduce(self, comp, name, flat, step, op):
-        return _Handle(exchange.allreduce_async(comp, flat, name, step, op=op))
+    def allreduce(self, comp, name, flat, step, op, process_set=None):
+        group = None if process_set is None else process_set.torch_group()
+        return _Handle(exchange.allreduce_async(comp, flat, name, step, op=op, group=group))
 
 
 class _RuntimeHandle:
@@ -56,9 +65,10 @@ class _RuntimeHandle:
 class _RuntimeBackend(_Backend):
     kind = "runtime"
 
-    def allreduce(self, comp, name, flat, step, op):
-        if comp.is_python:
-            return _MpiBackend.python_allreduce(comp, name, flat, op)
+    def allreduce(self, comp, name, flat, step, op, process_set=None):
+        if comp.is_python or process_set is not None:
+            # The fusion runtime runs on the world: a process set's tensors take its own communicator.
+            return _MpiBackend().allreduce(comp, name, flat, step, op, process_set)
         stream = torch.cuda.current_stream(flat.device).cuda_stream if flat.is_cuda else 0
         # The op travels with the request: the runtime sums a Sum (never an average scaled back, which loses bits)
         # and fuses only requests of the same op.
@@ -70,13 +80,14 @@ class _MpiBackend(_Backend):
     kind = "mpi"
 
     @staticmethod
-    def python_allreduce(comp, name, flat, op):
-        comp.allreduce(flat, [(name, 0, flat.numel())], op, _ctx.size,
-                       lambda payload: _ctx.comm.allreduce(payload, "sum"))
+    def python_allreduce(comp, name, flat, op, process_set=None):
+        comm, size = _set_comm(process_set)
+        comp.allreduce(flat, [(name, 0, flat.numel())], op, size, lambda payload: comm.allreduce(payload, "sum"))
         return _Handle()
 
-    def allreduce(self, comp, name, flat, step, op):
+    def allreduce(self, comp, name, flat, step, op, process_set=None):
         if comp.is_python:
-            return _MpiBackend.python_allreduce(comp, name, flat, op)
-        _C.compressed_allreduce(_ctx.comm, comp._impl, flat, name, op, step)
+            return _MpiBackend.python_allreduce(comp, name, flat, op, process_set)
+        comm, _ = _set_comm(process_set)
+        _C.compressed_allreduce(comm, comp._impl, flat, name, op, step)
         return _Handle()

@@ -14,8 +14,10 @@ Horovod's options (horovod.torch 0.28.1 semantics):
 - sparse gradients (``Embedding(sparse=True)``): allgather of every rank's indices and values (values / size for
   Average; compression does not apply), or with ``sparse_as_dense=True`` densified, reduced like any gradient and
   made sparse again (optimizer_sparse.py);
-- ``set_backward_passes_per_step(n)``; ``process_set=``: the global set (None or ``global_process_set``) only, for
-  now — another raises InvalidArgument;
+- ``set_backward_passes_per_step(n)``; ``process_set=``: a registered set (``hvd.add_process_set``): the optimizer
+  lives on its members and reduces over the set's communicator (torch backend: its group; runtime backend: the
+  set's MPI communicator, as the fusion runtime runs on the world); sparse gradients then need ``sparse_as_dense``;
+  Adasum and SyncBatchNorm take the global set only;
 - ``compression=``: a gradcomp spec (``Compression.topk(0.01)``, ``"qsgd:bits=4"``), ``Compression.none`` /
   ``Compression.fp16`` (Horovod compressor objects that keep the C++ codecs), or any Horovod-style compressor class
   or object (``compress(tensor) -> (tensor, ctx)``, ``decompress(tensor, ctx)``), used as is.
@@ -55,15 +57,30 @@ def _split_list(items, n):
 
 
 def check_process_set(process_set, what="DistributedOptimizer"):
-    """None for the global process set; other sets raise (not supported by the optimizer yet)."""
+    """None for the global process set; other sets raise (Adasum and SyncBatchNorm: the global set only)."""
     if process_set is None:
         return None
     pid = getattr(process_set, "process_set_id", None)
     ranks = getattr(process_set, "ranks", None)
     if pid == 0 or (ranks is not None and list(ranks) == list(range(_ctx.size))):
         return None
-    raise InvalidArgument(f"{what}: process_set={process_set!r}: only the global process set is supported by "
-                          "gradcomp's optimizer so far (pass process_set=None or hvd.global_process_set)")
+    raise InvalidArgument(f"{what}: process_set={process_set!r}: only the global process set is supported here "
+                          "(pass process_set=None or hvd.global_process_set)")
+
+
+def resolve_process_set(process_set):
+    """None for the global set, else the registered set (ValueError when it is not registered or this rank is not a
+    member: a process set's optimizer lives on its members only, as in Horovod)."""
+    if check_process_set_is_global(process_set):
+        return None
+    from .process_sets import _resolve
+    return _resolve(process_set)
+
+
+def check_process_set_is_global(process_set):
+    pid = getattr(process_set, "process_set_id", None)
+    ranks = getattr(process_set, "ranks", None)
+    return process_set is None or pid == 0 or (ranks is not None and list(ranks) == list(range(_ctx.size)))
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -75,7 +92,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._compressor = compressor(compression)
         self._predivide = float(gradient_predivide_factor)
         self._sparse_as_dense = bool(sparse_as_dense)
-        self._process_set = check_process_set(process_set)
+        self._process_set = resolve_process_set(process_set)
+        self._set_size = _ctx.size if self._process_set is None else self._process_set.size()
         self._groups = groups
         self._p_to_group = {}
         self.set_backward_passes_per_step(backward_passes_per_step)
@@ -101,7 +119,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._hook_handles = []
         self._grad_accs = []
-        if _ctx.size > 1 or os.environ.get("GRADCOMP_FORCE_HOOKS"):
+        if self._set_size > 1 or os.environ.get("GRADCOMP_FORCE_HOOKS"):
             self._register_hooks()
 
     def set_backward_passes_per_step(self, passes):
@@ -189,6 +207,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         name = self._names[id(p)]
         if grad.is_sparse:
             if not self._sparse_as_dense:
+                if self._process_set is not None:
+                    raise InvalidArgument(f"DistributedOptimizer: parameter '{name}' has a sparse gradient, gathered "
+                                          f"over the world only: with process_set={self._process_set} pass "
+                                          f"sparse_as_dense=True")
                 return _SPARSE_WAIT  # gathered in synchronize(), after the dense allreduces (one thread per group)
             dense = grad.to_dense()
             return _Finish(self._reduce_dense(dense, name),
@@ -199,7 +221,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _postscale(self, grad):
         if self._predivide != 1.0 and self._op == Average:
-            grad.mul_(self._predivide / _ctx.size)
+            grad.mul_(self._predivide / self._set_size)
         return grad
 
     def _reduce_dense(self, grad, name):
@@ -209,11 +231,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             grad.mul_(1.0 / self._predivide)
             op = "sum"
         return _Backend.get().allreduce(self._compressor, name, _exchange_view(grad, self._compressor),
-                                        self._step_count_gc, op)
+                                        self._step_count_gc, op, self._process_set)
 
     def synchronize(self):
         """Waits for every gradient's allreduce (launching those whose hooks did not fire)."""
-        if _ctx.size > 1:
+        if self._set_size > 1:
             params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
             for p in params:
                 if p.grad is not None and self._handles.get(id(p)) in (None, _GROUP_WAIT):
