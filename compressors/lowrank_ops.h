@@ -106,6 +106,18 @@ class LowRankOps {
   // Waits until everything queued on this ops object's stream is done (before a communicator, the host or another
   // stream reads its buffers). Nothing to wait for on the host.
   virtual void synchronize() = 0;
+
+  // PowerSGD's two passes over a rows x cols matrix, as one pass each where the space can fuse them (the host does;
+  // the defaults compose the operations above, which is what the CUDA ops use).
+  //
+  // project: counts the NaN/Inf of g (returned; `first` as count_nonfinite), writes m = g + r (r null: m = g; m may
+  // alias g), and p (rank x rows) = q (rank x cols) * m^T. Waits for the count.
+  virtual std::size_t project(const float* g, const float* r, float* m, const float* q, std::size_t rank,
+                              std::size_t rows, std::size_t cols, float* p, std::size_t& first);
+  // reconstruct: with s = p^T q (rows x cols; p rank x rows, q rank x cols): residual = m - s when residual is not
+  // null, then out = alpha * s when out is not null (out may alias m: each element of m is read before out's).
+  virtual void reconstruct(const float* m, const float* p, const float* q, std::size_t rank, std::size_t rows,
+                           std::size_t cols, float* residual, float* out, float alpha);
 };
 
 // Host memory: loops and BLAS (cblas_sgemm). `threads` bounds the loops' worker threads (0 = all).

@@ -2,6 +2,7 @@
 // functions of kernels/lowrank_ops.cuh (the ones the CUDA kernels call), and the BLAS's cblas_sgemm/sgemv (OpenBLAS
 // from Debian, found by CMake's FindBLAS). The CBLAS entry points are declared here with their C ABI so the build
 // needs no particular cblas.h.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -180,7 +181,99 @@ class HostLowRankOps final : public LowRankOps {
 
   void synchronize() override {}
 
+  // One pass over g and r per row: the NaN/Inf count, m = g + r, and the row's rank dot products with q (the row is
+  // still in cache for them). Rows are cut into fixed chunks: the results do not depend on the thread count.
+  std::size_t project(const float* g, const float* r, float* m, const float* q, std::size_t rank, std::size_t rows,
+                      std::size_t cols, float* p, std::size_t& first) override {
+    const std::size_t chunk_rows = row_chunk(cols);
+    const std::size_t chunks = rows == 0 ? 0 : (rows + chunk_rows - 1) / chunk_rows;
+    std::vector<std::size_t> counts(chunks, 0), firsts(chunks, rows * cols);
+    kernels::parallel_chunks(rows, chunk_rows, threads_, [&](std::size_t k, std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) {
+        const float* gi = g + i * cols;
+        float* mi = m + i * cols;
+        const auto* bits = reinterpret_cast<const std::uint32_t*>(gi);
+        std::size_t bad = 0;
+        for (std::size_t c = 0; c < cols; ++c) bad += (bits[c] & 0x7f800000u) == 0x7f800000u;
+        if (bad > 0 && counts[k] == 0) {
+          for (std::size_t c = 0; c < cols; ++c) {
+            if (!std::isfinite(gi[c])) {
+              firsts[k] = i * cols + c;
+              break;
+            }
+          }
+        }
+        counts[k] += bad;
+        if (r != nullptr) {
+          const float* ri = r + i * cols;
+          for (std::size_t c = 0; c < cols; ++c) mi[c] = gi[c] + ri[c];
+        } else if (mi != gi) {
+          std::memcpy(mi, gi, cols * sizeof(float));
+        }
+        for (std::size_t j = 0; j < rank; ++j) p[j * rows + i] = static_cast<float>(dot_lanes(mi, q + j * cols, cols));
+      }
+    });
+    std::size_t total = 0;
+    first = rows * cols;
+    for (std::size_t k = 0; k < chunks; ++k) {
+      total += counts[k];
+      first = std::min(first, firsts[k]);
+    }
+    return total;
+  }
+
+  // One pass per row: s = p^T q for the row (rank terms), residual = m - s, out = alpha * s.
+  void reconstruct(const float* m, const float* p, const float* q, std::size_t rank, std::size_t rows,
+                   std::size_t cols, float* residual, float* out, float alpha) override {
+    kernels::parallel_chunks(rows, row_chunk(cols), threads_, [&](std::size_t, std::size_t begin, std::size_t end) {
+      std::vector<float> s(rank > 1 ? cols : 0);
+      for (std::size_t i = begin; i < end; ++i) {
+        const float* mi = m + i * cols;
+        float* ri = residual ? residual + i * cols : nullptr;
+        float* oi = out ? out + i * cols : nullptr;
+        if (rank == 1) {
+          const float pi = p[i];
+          for (std::size_t c = 0; c < cols; ++c) {
+            const float si = pi * q[c];
+            const float mc = mi[c];
+            if (ri) ri[c] = mc - si;
+            if (oi) oi[c] = alpha * si;
+          }
+          continue;
+        }
+        const float p0 = p[i];
+        for (std::size_t c = 0; c < cols; ++c) s[c] = p0 * q[c];
+        for (std::size_t j = 1; j < rank; ++j) {
+          const float pj = p[j * rows + i];
+          const float* qj = q + j * cols;
+          for (std::size_t c = 0; c < cols; ++c) s[c] += pj * qj[c];
+        }
+        for (std::size_t c = 0; c < cols; ++c) {
+          const float mc = mi[c];
+          if (ri) ri[c] = mc - s[c];
+          if (oi) oi[c] = alpha * s[c];
+        }
+      }
+    });
+  }
+
  private:
+  // Rows per parallel chunk: about kParallelChunk elements, independent of the thread count.
+  static std::size_t row_chunk(std::size_t cols) {
+    return std::max<std::size_t>(1, kernels::kParallelChunk / std::max<std::size_t>(cols, 1));
+  }
+  // a . b with 8 float lanes summed in order, then the lanes and the tail in double (vectorizes; fixed order).
+  static double dot_lanes(const float* a, const float* b, std::size_t n) {
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    std::size_t c = 0;
+    for (; c + 8 <= n; c += 8) {
+      for (int l = 0; l < 8; ++l) lane[l] += a[c + l] * b[c + l];
+    }
+    double sum = 0.0;
+    for (float value : lane) sum += value;
+    for (; c < n; ++c) sum += static_cast<double>(a[c]) * static_cast<double>(b[c]);
+    return sum;
+  }
   // out[i] (=, or += when accumulate) s * values[i] in D, i < n (kernels::lowrank_store).
   template <kernels::LowRankDType D>
   void store(const float* values, float s, std::byte* out, std::size_t n, bool accumulate) {

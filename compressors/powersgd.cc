@@ -57,7 +57,7 @@ class PowerSgdReduction final : public RoundReduction {
  public:
   PowerSgdReduction(std::unique_ptr<LowRankOps> ops, const Options& options, powersgd::StateMap& states,
                     powersgd::Scratch& scratch, const TensorView& tensor, const CompressContext& ctx)
-      : ops_(std::move(ops)), step_(options, states, scratch, *ops_, tensor, ctx) {}
+      : ops_(std::move(ops)), step_(options, states, scratch, *ops_, tensor, ctx, /*tensor_writable=*/true) {}
 
   std::span<float> next_round() override {
     if (phase_ == 0) {
@@ -76,11 +76,18 @@ class PowerSgdReduction final : public RoundReduction {
   }
   void finish(bool average) override {
     GRADCOMP_CHECK(phase_ == 3, "powersgd: finish() before the last round");
-    step_.write_result(average);
-    step_.commit();
+    step_.complete(average);
     phase_ = 4;
   }
   std::size_t sent_bytes() const override { return step_.sent_floats() * sizeof(float); }
+  ~PowerSgdReduction() override {
+    if (phase_ == 4) return;
+    try {
+      ops_->synchronize();  // a failed round: let the queued passes finish before the scratch is reused
+    } catch (...) {
+      // The device failed too: nothing to wait for.
+    }
+  }
 
  private:
   std::unique_ptr<LowRankOps> ops_;
@@ -125,10 +132,10 @@ class PowerSgdCompressor final : public Compressor {
     auto ops = host_lowrank_ops(threads_);
     CompressContext local = ctx;
     local.world_size = 1;
-    Step step(options_, states_, scratch_[-1], *ops, grad, local);
+    Step step(options_, states_, scratch_[-1], *ops, grad, local, /*tensor_writable=*/false);
     if (step.has_round2()) step.compute_round2();
     const std::size_t size = write_payload(step, grad, out, ctx);
-    step.commit();
+    step.complete(std::nullopt);
     stats_ = CompressStats{};
     stats_.numel = grad.numel();
     stats_.payload_bytes = size;

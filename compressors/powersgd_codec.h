@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,8 @@ struct Options {
 // for it), and nothing in the step waits for all of it. compressed_allreduce synchronizes that stream before it
 // returns (space.synchronize() at the end of compressed_allreduce, comm/algorithms/compressed_allreduce.cc, on the
 // memory space made for the same tensor, hence the same stream; run_rounds also synchronizes before each round's
-// allreduce), and a step that ends without commit synchronizes after taking the gradient back out of the residuals
-// (Step::undo), so the state is complete when compressed_allreduce returns or throws. That is what save_state()
+// allreduce); the residuals change only when a step completes, and a reduction that ends early (a failed round)
+// waits for its queued work in its destructor, so the state is complete when compressed_allreduce returns or throws. That is what save_state()
 // and relocate() rely on: they read the buffers through other ops (the device's legacy default stream, which does
 // not wait for a non-blocking stream), and a later step may run on another stream. Code that drives
 // begin_rounds() itself must synchronize the tensor's stream before either. compress() takes host tensors only (it
@@ -45,9 +46,7 @@ struct TensorState {
   std::uint64_t rows = 0;
   std::uint64_t steps = 0;
   int device = -1;         // -1: host
-  // numel values (ef=on and compressed at least once). During a step it holds M = G + residual (built in place, no
-  // second buffer), and becomes M - P Q^T on commit; a step that ends without commit (an error in a round) takes G
-  // back out, which restores the residual up to the rounding of (r + g) - g.
+  // numel values (ef=on and compressed at least once); changed only when a step completes.
   FloatBuffer residual;
   FloatBuffer q;           // rank x cols: Q^T, the warm start
   bool q_valid = false;    // q holds the last step's averaged Q (else it is drawn afresh)
@@ -64,10 +63,9 @@ struct Block {
   std::size_t rank = 0;     // 0: uncompressed (its values ride in the first round)
   bool skipped = false;     // nonfinite=skip found NaN/Inf: contributes zeros, state untouched
   bool nonfinite = false;   // NaN/Inf present (nonfinite=pass)
-  bool applied = false;     // the residual holds M = G + residual (undone unless committed)
   TensorState* state = nullptr;  // compressed blocks only
   const float* grad = nullptr;   // f32 values of the block (the tensor's own memory when it is f32)
-  float* matrix = nullptr;       // M (compressed blocks)
+  float* matrix = nullptr;       // M = G + residual (compressed blocks): in the tensor's memory or the f32 scratch
   std::size_t p_offset = 0;      // compressed: P^T (rank x rows) in round one; uncompressed: the values there
   std::size_t q_offset = 0;      // compressed: Q^T (rank x cols) in round two
 };
@@ -84,9 +82,10 @@ class Step {
  public:
   // Plans the blocks of `tensor` (segments of ctx, or the whole tensor under ctx.name with tensor.rows()), finds or
   // creates their state, scans for NaN/Inf (raise throws here, before any state changes) and computes round one.
+  // `tensor_writable`: M and the result may be written into the tensor (the rounds; compress() passes false and
+  // an f32 tensor's M goes to the scratch instead).
   Step(const Options& options, StateMap& states, Scratch& scratch, LowRankOps& ops, const TensorView& tensor,
-       const CompressContext& ctx);
-  ~Step();
+       const CompressContext& ctx, bool tensor_writable);
   Step(const Step&) = delete;
   Step& operator=(const Step&) = delete;
 
@@ -95,22 +94,23 @@ class Step {
   bool has_round2() const { return round2_size_ > 0; }
   // After round one was summed: orthonormalize each P and compute Q^T = P^T M into round two.
   void compute_round2();
-  // After round two was summed: Q is averaged over world_size; writes P Q^T (times world_size unless `average`)
-  // and the uncompressed values (divided by world_size when `average`) into the tensor.
-  void write_result(bool average);
   // The factors (P^T, Q^T of each compressed block) and uncompressed values, for the one-rank payload.
   const std::vector<Block>& blocks() const { return blocks_; }
-  // Residual = M - P Q_avg^T, Q kept for the warm start, steps counted. Call once, after the last round.
-  void commit();
+  // After the last round: Q averaged over world_size and kept for the warm start, residual = M - P Q_avg^T, steps
+  // counted; with `average` set, the result P Q^T (times world_size for a sum) and the uncompressed values (divided
+  // by world_size for an average) are written into the tensor. Call once.
+  void complete(std::optional<bool> average);
   std::size_t sent_floats() const { return round1_size_ + round2_size_; }
 
  private:
   void plan(const TensorView& tensor, const CompressContext& ctx);
   void prepare_state(Block& block);
-  void scan(const CompressContext& ctx);
-  void build_round1();
+  void scan_uncompressed(const CompressContext& ctx);
+  // The non-finite policy for `count` NaN/Inf in a block (first at `first` of `values`): raise throws naming it.
+  void apply_policy(Block& block, std::size_t count, std::size_t first, const float* values,
+                    const CompressContext& ctx);
+  void build_round1(const CompressContext& ctx);
   void average_q();
-  void undo() noexcept;
 
   const Options& options_;
   StateMap& states_;
@@ -126,7 +126,7 @@ class Step {
   float* round2_ = nullptr;
   std::size_t round1_size_ = 0, round2_size_ = 0;
   bool averaged_q_ = false;
-  bool committed_ = false;
+  bool tensor_writable_ = true;
 };
 
 // The rank a block of rows x cols gets (0: uncompressed), or throws InvalidArgument naming `name` when it would be

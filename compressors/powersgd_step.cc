@@ -51,8 +51,9 @@ std::size_t block_rank(const Options& options, std::string_view name, std::size_
 }
 
 Step::Step(const Options& options, StateMap& states, Scratch& scratch, LowRankOps& ops, const TensorView& tensor,
-           const CompressContext& ctx)
-    : options_(options), states_(states), scratch_(scratch), ops_(ops), tensor_(tensor) {
+           const CompressContext& ctx, bool tensor_writable)
+    : options_(options), states_(states), scratch_(scratch), ops_(ops), tensor_(tensor),
+      tensor_writable_(tensor_writable) {
   GRADCOMP_CHECK(!ctx.name.empty(), "powersgd: the tensor name must not be empty (rank {})", ctx.rank);
   GRADCOMP_CHECK(ctx.world_size >= 1, "powersgd('{}'): world_size must be >= 1, got {}", ctx.name, ctx.world_size);
   GRADCOMP_CHECK(tensor.dtype() == DType::kF32 || tensor.dtype() == DType::kF16 || tensor.dtype() == DType::kBF16,
@@ -64,20 +65,15 @@ Step::Step(const Options& options, StateMap& states, Scratch& scratch, LowRankOp
   compress_ = ctx.step >= options.start_step;
   try {
     plan(tensor, ctx);
-    scan(ctx);
+    scan_uncompressed(ctx);
     for (Block& block : blocks_) {
       if (block.rank > 0) prepare_state(block);
     }
+    build_round1(ctx);
   } catch (...) {
-    // Refused before any state changed; an f16/bf16 conversion may still be queued into the per-device scratch that
-    // the next call (perhaps on another stream) reuses: let it finish.
+    // Refused before any state changed (the residuals change only on commit); an f16/bf16 conversion or a pass may
+    // still be queued into the per-device scratch that the next call (perhaps on another stream) reuses: finish it.
     ops_.synchronize();
-    throw;
-  }
-  try {
-    build_round1();
-  } catch (...) {
-    undo();  // the destructor of a half-built Step does not run
     throw;
   }
 }
@@ -136,22 +132,28 @@ void Step::plan(const TensorView& tensor, const CompressContext& ctx) {
                  ctx.name, next, tensor.numel());
 }
 
-void Step::scan(const CompressContext& ctx) {
+void Step::scan_uncompressed(const CompressContext& ctx) {
+  // Compressed blocks are scanned by LowRankOps::project in their first pass (build_round1).
   for (Block& block : blocks_) {
+    if (block.rank > 0) continue;
     std::size_t first = 0;
-    const std::size_t count = ops_.count_nonfinite(block.grad, block.numel, first);
-    if (count == 0) continue;
-    if (options_.nonfinite == NonFinitePolicy::kRaise) {
-      float value = 0.0f;
-      ops_.download(&value, block.grad + first, 1);
-      throw InvalidArgument(fmt::format(
-          "powersgd: tensor '{}' holds {} non-finite value(s) on rank {} at step {} (first: element {} = {}); "
-          "nonfinite=raise (use nonfinite=skip or pass to go on)",
-          block.name, count, ctx.rank, ctx.step, first, value));
-    }
-    block.skipped = options_.nonfinite == NonFinitePolicy::kSkip;
-    block.nonfinite = true;
+    apply_policy(block, ops_.count_nonfinite(block.grad, block.numel, first), first, block.grad, ctx);
   }
+}
+
+void Step::apply_policy(Block& block, std::size_t count, std::size_t first, const float* values,
+                        const CompressContext& ctx) {
+  if (count == 0) return;
+  if (options_.nonfinite == NonFinitePolicy::kRaise) {
+    float value = 0.0f;
+    ops_.download(&value, values + first, 1);
+    throw InvalidArgument(fmt::format(
+        "powersgd: tensor '{}' holds {} non-finite value(s) on rank {} at step {} (first: element {} = {}); "
+        "nonfinite=raise (use nonfinite=skip or pass to go on)",
+        block.name, count, ctx.rank, ctx.step, first, value));
+  }
+  block.skipped = options_.nonfinite == NonFinitePolicy::kSkip;
+  block.nonfinite = true;
 }
 
 void Step::prepare_state(Block& block) {
@@ -178,7 +180,7 @@ void Step::prepare_state(Block& block) {
   }
 }
 
-void Step::build_round1() {
+void Step::build_round1(const CompressContext& ctx) {
   std::size_t cursor = 0, cursor2 = 0;
   for (Block& block : blocks_) {
     if (block.rank == 0) continue;
@@ -206,20 +208,19 @@ void Step::build_round1() {
       }
       continue;
     }
-    if (block.skipped) {
-      ops_.fill_zero(p, block.rank * block.rows);
-      continue;
+    // M = G + residual goes where the result will be written (the tensor's own memory, or the f32 scratch of an
+    // f16/bf16 tensor or of a tensor that compress() must not change); the residual changes only on commit.
+    float* m = const_cast<float*>(block.grad);
+    if (!tensor_writable_ && tensor_.dtype() == DType::kF32) {
+      m = reserve(ops_, scratch_.values, tensor_.numel()) + block.offset;
     }
-    if (options_.ef) {
-      ops_.add(block.state->residual.data(), block.grad, block.numel);
-      block.applied = true;
-      block.matrix = block.state->residual.data();
-    } else {
-      block.matrix = const_cast<float*>(block.grad);
-    }
-    // P^T (rank x rows) = Q^T (rank x cols) * M^T.
-    ops_.gemm(false, true, block.rank, block.rows, block.cols, 1.0f, block.state->q.data(), block.cols, block.matrix,
-              block.cols, 0.0f, p, block.rows);
+    // One pass: the NaN/Inf count of G, M, and P^T (rank x rows) = Q^T (rank x cols) * M^T.
+    std::size_t first = 0;
+    const std::size_t bad = ops_.project(block.grad, options_.ef ? block.state->residual.data() : nullptr, m,
+                                         block.state->q.data(), block.rank, block.rows, block.cols, p, first);
+    block.matrix = m;
+    apply_policy(block, bad, first, m, ctx);
+    if (block.skipped) ops_.fill_zero(p, block.rank * block.rows);
   }
 }
 
@@ -245,28 +246,19 @@ void Step::average_q() {
   ops_.scale(round2_, round2_size_, 1.0f / static_cast<float>(world_size_));
 }
 
-void Step::write_result(bool average) {
+void Step::complete(std::optional<bool> average) {
   average_q();
   const float n = static_cast<float>(world_size_);
   for (Block& block : blocks_) {
     if (block.rank == 0) {
-      ops_.store_f32(round1_ + block.p_offset, average ? 1.0f / n : 1.0f, tensor_, block.offset, block.numel, false);
+      if (average) {
+        ops_.store_f32(round1_ + block.p_offset, *average ? 1.0f / n : 1.0f, tensor_, block.offset, block.numel,
+                       false);
+      }
       continue;
     }
-    // The tensor's own memory when it is f32, else the f32 values scratch (its block region is free by now).
-    float* out = tensor_.dtype() == DType::kF32 ? static_cast<float*>(tensor_.data()) + block.offset
-                                                : scratch_.values.data() + block.offset;
-    ops_.gemm(true, false, block.rows, block.cols, block.rank, average ? 1.0f : n, round1_ + block.p_offset,
-              block.rows, round2_ + block.q_offset, block.cols, 0.0f, out, block.cols);
-    if (tensor_.dtype() != DType::kF32) ops_.store_f32(out, 1.0f, tensor_, block.offset, block.numel, false);
-  }
-}
-
-void Step::commit() {
-  average_q();
-  for (Block& block : blocks_) {
-    if (block.rank == 0) continue;
     TensorState& state = *block.state;
+    const float* p = round1_ + block.p_offset;
     const float* q = round2_ + block.q_offset;
     const std::size_t q_size = block.rank * block.cols;
     if (options_.warm_start) {
@@ -275,38 +267,19 @@ void Step::commit() {
       state.q_valid = ops_.count_nonfinite(q, q_size, first) == 0;
       if (state.q_valid) ops_.copy(state.q.data(), q, q_size);
     }
-    if (block.skipped) continue;
-    if (options_.ef) {
-      // residual = M - P Q_avg^T, in place of M.
-      ops_.gemm(true, false, block.rows, block.cols, block.rank, -1.0f, round1_ + block.p_offset, block.rows, q,
-                block.cols, 1.0f, block.matrix, block.cols);
-      if (block.nonfinite) ops_.zero_nonfinite(block.matrix, block.numel);
+    // One pass: residual = M - P Q_avg^T (ef=on, not skipped) and the result P Q^T (times n for a sum) into M's
+    // place, which is the tensor's memory or the f32 scratch of an f16/bf16 tensor.
+    float* residual = options_.ef && !block.skipped ? state.residual.data() : nullptr;
+    float* out = average ? block.matrix : nullptr;
+    if (residual != nullptr || out != nullptr) {
+      ops_.reconstruct(block.matrix, p, q, block.rank, block.rows, block.cols, residual, out,
+                       average && !*average ? n : 1.0f);
     }
-    ++state.steps;
-  }
-  committed_ = true;
-}
-
-Step::~Step() {
-  if (!committed_) undo();
-}
-
-void Step::undo() noexcept {
-  // A round failed: take the gradient back out of each residual that holds M = G + residual: -(-(r + g) + g).
-  try {
-    for (Block& block : blocks_) {
-      if (!block.applied) continue;
-      float* residual = block.state->residual.data();
-      ops_.scale(residual, block.numel, -1.0f);
-      ops_.add(residual, block.grad, block.numel);
-      ops_.scale(residual, block.numel, -1.0f);
-      block.applied = false;
+    if (out != nullptr && tensor_.dtype() != DType::kF32) {
+      ops_.store_f32(out, 1.0f, tensor_, block.offset, block.numel, false);
     }
-    // The error skips compressed_allreduce's closing synchronization: finish here, so that the state is complete
-    // for save_state() and relocate(), which read it on other streams (powersgd_codec.h).
-    ops_.synchronize();
-  } catch (...) {
-    // The device is gone too (the error that stopped the step): nothing left to restore.
+    if (residual != nullptr && block.nonfinite) ops_.zero_nonfinite(residual, block.numel);
+    if (!block.skipped) ++state.steps;
   }
 }
 
