@@ -8,7 +8,7 @@
 // travel uncompressed in the first round.
 //
 // Parameters: rank, warm_start, start_step, min_compression_rate, orth_eps, seed, ef, nonfinite (see the table in
-// README.md). A compressed matrix needs rank < min(rows, cols): otherwise InvalidArgument names the tensor.
+// README.md). A matrix (both dimensions >= 2) needs rank < min(rows, cols): otherwise InvalidArgument names it.
 //
 // compress()/decompress() (host tensors) give the one-rank reduction as a self-describing payload, for the
 // allgather algorithm, probes and tests: header param0 = rank, param1 = compressed blocks; section 0 = per block

@@ -129,8 +129,8 @@ class Step {
   bool tensor_writable_ = true;
 };
 
-// The rank a block of rows x cols gets (0: uncompressed), or throws InvalidArgument naming `name` when it would be
-// compressed with options.rank >= min(rows, cols).
+// The rank a block of rows x cols gets (0: uncompressed: a vector, 1 x n or n x 1, or a matrix that would not shrink
+// by min_compression_rate), or throws InvalidArgument naming `name` when options.rank >= min(rows, cols) >= 2.
 std::size_t block_rank(const Options& options, std::string_view name, std::size_t rows, std::size_t cols, int rank);
 
 }  // namespace gradcomp::powersgd

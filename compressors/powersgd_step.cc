@@ -38,15 +38,16 @@ void relocate(TensorState& state, LowRankOps& target) {
 }  // namespace
 
 std::size_t block_rank(const Options& options, std::string_view name, std::size_t rows, std::size_t cols, int rank) {
-  if (rows == 0 || cols == 0) return 0;
+  // A vector, also one shaped 1 x n or n x 1 (a Linear layer with one output), travels uncompressed.
+  if (rows <= 1 || cols <= 1) return 0;
   const std::size_t r = options.rank;
+  GRADCOMP_CHECK(r < std::min(rows, cols),
+                 "powersgd: rank {} is not below min(rows, cols) of tensor '{}' ({}x{}) on rank {}: use a rank below "
+                 "{} (PyTorch's hook lowers the rank silently; gradcomp asks)",
+                 r, name, rows, cols, rank, std::min(rows, cols));
   const double compressed = static_cast<double>(r) * static_cast<double>(rows + cols);
   const double dense = static_cast<double>(rows) * static_cast<double>(cols);
   if (!(compressed * options.min_compression_rate < dense)) return 0;
-  GRADCOMP_CHECK(r < std::min(rows, cols),
-                 "powersgd: rank {} is not below min(rows, cols) of tensor '{}' ({}x{}) on rank {}: use a smaller "
-                 "rank, or min_compression_rate >= 1 so that such tensors travel uncompressed",
-                 r, name, rows, cols, rank);
   return r;
 }
 
@@ -115,7 +116,9 @@ void Step::plan(const TensorView& tensor, const CompressContext& ctx) {
     block.numel = segment.numel;
     block.rows = segment.rows;
     block.cols = segment.rows == 0 ? 0 : segment.numel / segment.rows;
-    block.rank = compress_ ? block_rank(options_, block.name, block.rows, block.cols, ctx.rank) : 0;
+    // The shape is checked on every step (also before start_step), so a rank too large for a tensor shows at once.
+    block.rank = block_rank(options_, block.name, block.rows, block.cols, ctx.rank);
+    if (!compress_) block.rank = 0;
     block.grad = values + segment.offset;
     if (block.rank > 0) {
       auto found = states_.find(block.name);

@@ -117,15 +117,27 @@ TEST(PowerSgd, StartStepSendsDenseBeforeIt) {
 }
 
 TEST(PowerSgd, RankNotBelowTheSmallerDimensionRaisesNamingTheTensor) {
-  auto codec = make_compressor("powersgd:rank=8,min_compression_rate=0");
-  auto grad = random_matrix(4 * 100, 7);
-  try {
-    round_trip(*codec, grad, 4, "layer3.weight", 0);
-    FAIL() << "expected InvalidArgument";
-  } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("layer3.weight"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("4x100"), std::string::npos) << e.what();
+  for (const char* spec : {"powersgd:rank=8", "powersgd:rank=8,min_compression_rate=0", "powersgd:rank=4"}) {
+    auto codec = make_compressor(spec);
+    auto grad = random_matrix(4 * 100, 7);
+    try {
+      round_trip(*codec, grad, 4, "layer3.weight", 0);
+      FAIL() << spec << ": expected InvalidArgument";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("layer3.weight"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("4x100"), std::string::npos) << e.what();
+    }
+    EXPECT_TRUE(codec->save_state().size() < 64) << spec << ": no state kept for a refused tensor";
   }
+  // Also before start_step, when nothing is compressed yet: the shape is checked on every step.
+  auto late = make_compressor("powersgd:rank=8,start_step=100");
+  auto grad = random_matrix(4 * 100, 7);
+  EXPECT_THROW(round_trip(*late, grad, 4, "w", 0), InvalidArgument);
+  // 1 x n and n x 1 matrices are vectors: uncompressed at any rank.
+  auto codec = make_compressor("powersgd:rank=8");
+  auto row = random_matrix(128, 8);
+  EXPECT_EQ(round_trip(*codec, row, 1, "head.weight", 0), row);
+  EXPECT_EQ(round_trip(*codec, row, 128, "column", 0), row);
 }
 
 TEST(PowerSgd, NonFinitePolicies) {
