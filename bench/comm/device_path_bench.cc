@@ -67,13 +67,15 @@ void fill(std::vector<float>& values, std::size_t seed) {
   }
 }
 
-// The first dimension the tensors of `numel` elements get: the largest divisor of numel up to its square root.
+// The first dimension the tensors of `numel` elements get: the largest divisor of numel up to its square root, or 0
+// (a vector) when that is below 16, so that no codec rank up to 15 meets a matrix it must refuse (powersgd asks for
+// rank < min(rows, cols)).
 std::size_t rows_of(std::size_t numel) {
   std::size_t rows = 1;
   for (std::size_t d = 1; d * d <= numel; ++d) {
     if (numel % d == 0) rows = d;
   }
-  return rows;
+  return rows < 16 ? 0 : rows;
 }
 
 // True when the host and device paths of `spec` may differ within rounding (a rounds codec: BLAS vs cuBLAS).
