@@ -367,20 +367,12 @@ class HorovodCompressor:
         return tensor
 
 
-class NoneCompressor(CompressionSpec):
-    """``Compression.none``: Horovod's NoneCompressor (``compress`` returns the tensor unchanged) that is also the
-    spec "none" (the optimizer and the hook run the C++ "none" codec for it)."""
+class NoneCompressor(CompressionSpec, HorovodCompressor):
+    """``Compression.none``: Horovod's NoneCompressor (``compress`` returns the tensor unchanged, from
+    HorovodCompressor) that is also the spec "none" (the optimizer and the hook run the C++ "none" codec for it)."""
 
     def __init__(self):
         super().__init__("none")
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
 
 
 class FP16Compressor(CompressionSpec):

@@ -82,18 +82,7 @@ def test_adasum_reference_and_non_power_of_two():
 
 
 # -- DistributedOptimizer options -------------------------------------------------------------------------------------
-class CountingHalf:
-    """A Horovod-style compressor class (static methods), passed directly as compression=."""
-    calls = 0
-
-    @staticmethod
-    def compress(tensor):
-        CountingHalf.calls += 1
-        return tensor.to(torch.float16), tensor.dtype
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor.to(ctx)
+CountingHalf = helpers.HalfPrecision  # a Horovod-style compressor class (static methods), counting its calls
 
 
 def _local_grads(model, batches):

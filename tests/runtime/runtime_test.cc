@@ -199,6 +199,25 @@ TEST(Runtime, TensorSubmittedByOneRankTimesOut) {
   });
 }
 
+// The event names of the Chrome trace at `path` (which must exist and parse), checking every complete event's
+// duration and process row (the rank).
+std::set<std::string> timeline_event_names(const std::string& path, int rank) {
+  std::ifstream in(path);
+  EXPECT_TRUE(in) << path;
+  std::stringstream text;
+  text << in.rdbuf();
+  testing::Json json = testing::JsonParser(text.str()).parse();
+  std::set<std::string> names;
+  for (const auto& event : json.at("traceEvents").array) {
+    names.insert(event.at("name").string);
+    if (event.at("ph").string == "X") {
+      EXPECT_GE(event.at("dur").number, 0);
+      EXPECT_EQ(event.at("pid").number, rank);
+    }
+  }
+  return names;
+}
+
 TEST(Runtime, TimelineIsValidJsonWithEveryPhase) {
   const std::string pattern = ::testing::TempDir() + "/gradcomp_rt_timeline_{rank}.json";
   run_ranks(2, [&](Communicator& comm) {
@@ -215,19 +234,7 @@ TEST(Runtime, TimelineIsValidJsonWithEveryPhase) {
   for (int rank = 0; rank < 2; ++rank) {
     std::string path = pattern;
     path.replace(path.find("{rank}"), 6, std::to_string(rank));
-    std::ifstream in(path);
-    ASSERT_TRUE(in) << path;
-    std::stringstream text;
-    text << in.rdbuf();
-    testing::Json json = testing::JsonParser(text.str()).parse();
-    std::set<std::string> names;
-    for (const auto& event : json.at("traceEvents").array) {
-      names.insert(event.at("name").string);
-      if (event.at("ph").string == "X") {
-        EXPECT_GE(event.at("dur").number, 0);
-        EXPECT_EQ(event.at("pid").number, rank);
-      }
-    }
+    const std::set<std::string> names = timeline_event_names(path, rank);
     for (const char* phase : {"negotiate", "copy_in", "compress", "communicate", "decompress", "copy_out", "w0"}) {
       EXPECT_TRUE(names.count(phase)) << "missing phase " << phase << " on rank " << rank;
     }
@@ -251,13 +258,7 @@ TEST(Runtime, TimelineStartsAndStopsWhileRunning) {
   for (int rank = 0; rank < 2; ++rank) {
     std::string path = pattern;
     path.replace(path.find("{rank}"), 6, std::to_string(rank));
-    std::ifstream in(path);
-    ASSERT_TRUE(in) << path;
-    std::stringstream text;
-    text << in.rdbuf();
-    testing::Json json = testing::JsonParser(text.str()).parse();
-    std::set<std::string> names;
-    for (const auto& event : json.at("traceEvents").array) names.insert(event.at("name").string);
+    const std::set<std::string> names = timeline_event_names(path, rank);
     EXPECT_TRUE(names.count("during")) << "rank " << rank;
     EXPECT_FALSE(names.count("before")) << "rank " << rank;
     EXPECT_FALSE(names.count("after")) << "rank " << rank;
