@@ -333,28 +333,6 @@ def sweep_title(args, comm: str) -> str:
             f"{args.train_subset or 60000} images, gradients via {comm}" + (f", link {args.link}" if args.link else ""))
 
 
-def write_combined(paths: list[str], out: str) -> int:
-    """Combines per-seed sweeps (their folders or accuracy.json files) into <out>/accuracy.{csv,json,png} with
-    seeds.combine and prints the table. Returns 1 when a compressor has no successful run, else 0."""
-    sweeps = [seeds.load(p) for p in paths]
-    rows = seeds.combine(sweeps)
-    os.makedirs(out, exist_ok=True)
-    meta = sweeps[0]["meta"]
-    used = sorted({s["meta"]["seed"] for s in sweeps})
-    print(f"\ncombined {len(sweeps)} sweep(s), seeds {','.join(map(str, used))}: Δ is each seed's accuracy minus that "
-          "seed's dense run, averaged (± its standard error)")
-    print(seeds.table(rows))
-    csv_path = os.path.join(out, "accuracy.csv")
-    png_path = os.path.join(out, "accuracy.png")
-    seeds.write_csv(rows, csv_path)
-    seeds.write_json(rows, sweeps, os.path.join(out, "accuracy.json"))
-    title = (f"Fashion-MNIST, {meta['model']}, {meta['ranks']} ranks, {meta['epochs']} epoch(s), gradients via "
-             f"{meta['comm']}; mean of seeds {','.join(map(str, used))} (bars: lowest to highest seed)")
-    seeds.write_png(rows, png_path, title)
-    print(f"\nwrote {csv_path}, {png_path}")
-    return 1 if any(r["status"] != "ok" for r in rows) else 0
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--compressors", default=DEFAULT_COMPRESSORS,
@@ -395,7 +373,7 @@ def main() -> int:
 
     if args.combine:
         try:
-            return write_combined(args.combine, args.out)
+            return seeds.write_combined(args.combine, args.out)
         except (OSError, ValueError, KeyError) as e:
             sys.exit(f"run.py --combine: {e}")
     try:
@@ -451,7 +429,7 @@ def main() -> int:
         folders.append(folder)
         if rc == 130:
             break
-    return max(worst, write_combined(folders, args.out))
+    return max(worst, seeds.write_combined(folders, args.out))
 
 
 if __name__ == "__main__":

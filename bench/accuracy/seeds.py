@@ -155,3 +155,25 @@ def write_png(rows: list[dict], path: str, title: str) -> None:
                     acc_range=(min(r["test_accs"]), max(r["test_accs"]))) if r["status"] == "ok" else r
                for r in rows]
     report.write_png(plotted, path, title)
+
+
+def write_combined(paths: list[str], out: str) -> int:
+    """Combines per-seed sweeps (their folders or accuracy.json files) into <out>/accuracy.{csv,json,png} with
+    combine() and prints the table. Returns 1 when a compressor has no successful run, else 0."""
+    sweeps = [load(p) for p in paths]
+    rows = combine(sweeps)
+    os.makedirs(out, exist_ok=True)
+    meta = sweeps[0]["meta"]
+    used = sorted({s["meta"]["seed"] for s in sweeps})
+    print(f"\ncombined {len(sweeps)} sweep(s), seeds {','.join(map(str, used))}: Δ is each seed's accuracy minus that "
+          "seed's dense run, averaged (± its standard error)")
+    print(table(rows))
+    csv_path = os.path.join(out, "accuracy.csv")
+    png_path = os.path.join(out, "accuracy.png")
+    write_csv(rows, csv_path)
+    write_json(rows, sweeps, os.path.join(out, "accuracy.json"))
+    title = (f"Fashion-MNIST, {meta['model']}, {meta['ranks']} ranks, {meta['epochs']} epoch(s), gradients via "
+             f"{meta['comm']}; mean of seeds {','.join(map(str, used))} (bars: lowest to highest seed)")
+    write_png(rows, png_path, title)
+    print(f"\nwrote {csv_path}, {png_path}")
+    return 1 if any(r["status"] != "ok" for r in rows) else 0
