@@ -398,19 +398,26 @@ def _torch():
     return torch
 
 
-class Compression:
-    """Horovod-style names: ``compression=gradcomp.Compression.topk(0.01)``, ``Compression.fp16``, ...
-    ``none`` and ``fp16`` are also Horovod compressor objects (``Compression.fp16.compress(t) -> (t16, ctx)``)."""
+class _CompressionNames(type):
+    """Every registered compressor (C++ codec table or Python registration) is an attribute of Compression, so the
+    list of names exists once, in the registry: ``Compression.powersgd(4)``, ``Compression.qsgd(bits=4)``."""
+
+    def __getattr__(cls, name):
+        if not name.startswith("_") and (_C_knows(name) or name in _python_registry):
+            return CompressionSpec(name)
+        raise AttributeError(f"Compression has no compressor '{name}' (registered: "
+                             f"{', '.join(c['name'] for c in list_compressors())})")
+
+    def __dir__(cls):
+        return sorted(set(super().__dir__()) | {c["name"] for c in list_compressors()})
+
+
+class Compression(metaclass=_CompressionNames):
+    """Horovod-style names: ``compression=gradcomp.Compression.topk(0.01)``, ``Compression.fp16``, ... — one per
+    registered compressor. ``none`` and ``fp16`` are also Horovod compressor objects (``Compression.fp16.compress(t)
+    -> (t16, ctx)``)."""
     none = NoneCompressor()
     fp16 = FP16Compressor()
-    bf16 = CompressionSpec("bf16")
-    qsgd = CompressionSpec("qsgd")
-    terngrad = CompressionSpec("terngrad")
-    onebit = CompressionSpec("onebit")
-    topk = CompressionSpec("topk")
-    randomk = CompressionSpec("randomk")
-    blocktopk = CompressionSpec("blocktopk")
-    dgc = CompressionSpec("dgc")
 
     @staticmethod
     def custom(name, **params):
