@@ -50,6 +50,11 @@ void verify_agreement(Communicator& comm, const Compressor& compressor, const Te
 
 // ---- helpers ----
 
+// Throws InvalidArgument naming the tensor, the codec's spec and traits unless `ok`: the `algorithm` needs `kind`
+// (e.g. "a summable codec"); `instead` lists the algorithms to use.
+void require_codec(const Call& call, bool ok, std::string_view algorithm, std::string_view kind,
+                   std::string_view instead);
+
 // Compresses `part` under `name` (ctx.step from options, rank/size from comm) into a buffer of exactly the payload
 // size; adds the time to stats.compress_s. `segments` (see TensorSegment) key its error-feedback state; empty: `name`.
 Bytes compress_part(Call& call, const TensorView& part, std::string_view name, float prescale,

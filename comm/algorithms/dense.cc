@@ -11,10 +11,7 @@ namespace gradcomp::algorithms {
 
 void run_dense(Call& call) {
   const CompressorTraits traits = call.compressor.traits();
-  GRADCOMP_CHECK(traits.summable,
-                 "compressed_allreduce('{}'): the dense algorithm needs a summable codec, '{}' is {} (use auto, "
-                 "allgather, sparse or sra)",
-                 call.name, call.compressor.spec(), describe_traits(traits));
+  require_codec(call, traits.summable, "dense", "a summable codec", "auto, allgather, sparse or sra");
   const int n = call.comm.size();
   const float prescale = call.options.op == ReduceOp::kAverage ? 1.0f / static_cast<float>(n) : 1.0f;
   Bytes payload = compress_part(call, call.tensor, call.name, prescale, call.options.segments);

@@ -24,6 +24,12 @@ Bytes compress_part(Call& call, const TensorView& part, std::string_view name, f
   return payload;
 }
 
+void require_codec(const Call& call, bool ok, std::string_view algorithm, std::string_view kind,
+                   std::string_view instead) {
+  GRADCOMP_CHECK(ok, "compressed_allreduce('{}'): the {} algorithm needs {}, '{}' is {} (use {})", call.name,
+                 algorithm, kind, call.compressor.spec(), describe_traits(call.compressor.traits()), instead);
+}
+
 std::vector<TensorSegment> segments_in(const Call& call, std::size_t begin, std::size_t count) {
   const std::size_t end = begin + count;
   if (call.options.segments.empty()) {

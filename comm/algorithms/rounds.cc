@@ -7,11 +7,7 @@
 namespace gradcomp::algorithms {
 
 void run_rounds(Call& call) {
-  const CompressorTraits traits = call.compressor.traits();
-  GRADCOMP_CHECK(traits.rounds,
-                 "compressed_allreduce('{}'): the rounds algorithm needs a rounds codec (powersgd), '{}' is {} (use "
-                 "auto)",
-                 call.name, call.compressor.spec(), describe_traits(traits));
+  require_codec(call, call.compressor.traits().rounds, "rounds", "a rounds codec (powersgd)", "auto");
   const int n = call.comm.size();
   CompressContext ctx;
   ctx.name = call.name;
