@@ -102,11 +102,14 @@ ErrorFeedbackCompressor::~ErrorFeedbackCompressor() = default;
 void ErrorFeedbackCompressor::reset_state() {
   drop_device_states();
   states_.clear();
+  resident_.clear();
+  resident_in_.clear();
 }
 
 std::string ErrorFeedbackCompressor::spec() const { return params_.canonical(param_specs_); }
 
 const TensorState* ErrorFeedbackCompressor::state_of(std::string_view name) const {
+  materialize(name);
   sync_to_host(name, /*drop_device=*/false);
   const auto it = states_.find(name);
   return it == states_.end() ? nullptr : &it->second;
@@ -145,7 +148,15 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
   GRADCOMP_CHECK(out.size() >= needed, "compressor '{}': output buffer for '{}' has {} bytes, {} needed", name_,
                  ctx.name, out.size(), needed);
   const std::vector<TensorSegment> segments = resolve_segments(ctx, n, name_);
-  for (const TensorSegment& segment : segments) sync_to_host(segment.name, /*drop_device=*/true);
+  // Several whole tensors: their state may stay resident in one block between calls (resident_work).
+  bool resident = segments.size() > 1;
+  for (const TensorSegment& segment : segments) {
+    resident = resident && segment.start == 0 && (segment.total == 0 || segment.total == segment.numel);
+  }
+  for (const TensorSegment& segment : segments) {
+    if (!resident) materialize(segment.name);
+    sync_to_host(segment.name, /*drop_device=*/true);
+  }
 
   const float* values = nullptr;
   if (grad.dtype() == DType::kF32) {
@@ -169,7 +180,9 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
     const std::size_t size = encode_slice(values, grad.dtype(), n, segments[0], *states[0], ctx, out);
     if (size != kNotEncoded) return size;
   }
-  TensorState& work = whole ? *states[0] : gather_state(segments, states, ctx.name);
+  TensorState& work = whole      ? *states[0]
+                      : resident ? resident_work(segments, states, ctx.name)
+                                 : gather_state(segments, states, ctx.name);
 
   EncodeArgs args;
   args.grad = values;
@@ -198,6 +211,7 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
     if (stats_.nonfinite > 0 && nonfinite_ != NonFinitePolicy::kPass) {
       work.scalars = scalars_before;
       if (nonfinite_ == NonFinitePolicy::kRaise) throw_nonfinite(ctx, segments, values, first_bad);
+      if (resident) leave_residency(segments, args);
       return encode_skipping(args, segments, states, out);
     }
     if (ef_) std::swap(work.buffers[0], work.residual_next);
@@ -205,7 +219,10 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
     stats_.nonfinite = count_nonfinite(values, n, threads_, first_bad);
     if (stats_.nonfinite > 0) {
       if (nonfinite_ == NonFinitePolicy::kRaise) throw_nonfinite(ctx, segments, values, first_bad);
-      if (nonfinite_ == NonFinitePolicy::kSkip) return encode_skipping(args, segments, states, out);
+      if (nonfinite_ == NonFinitePolicy::kSkip) {
+        if (resident) leave_residency(segments, args);
+        return encode_skipping(args, segments, states, out);
+      }
     }
     size = encode(args, out, stats_);
   }
@@ -216,7 +233,9 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
       }
     }
   }
-  if (!whole) {
+  if (resident) {
+    call_scalars_.insert_or_assign(std::string(ctx.name), work.scalars);  // the block stays: nothing to scatter
+  } else if (!whole) {
     scatter_state(segments, states, std::vector<bool>(segments.size(), true));
     call_scalars_.insert_or_assign(std::string(ctx.name), work_.scalars);
   }
@@ -225,6 +244,73 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
   }
   stats_.payload_bytes = size;
   return size;
+}
+
+TensorState& ErrorFeedbackCompressor::resident_work(std::span<const TensorSegment> segments,
+                                                    const std::vector<TensorState*>& states, std::string_view call) {
+  auto it = resident_.find(call);
+  bool same = it != resident_.end() && it->second.layout.size() == segments.size();
+  for (std::size_t s = 0; same && s < segments.size(); ++s) {
+    const auto owner = resident_in_.find(segments[s].name);
+    same = it->second.layout[s].first == segments[s].name && it->second.layout[s].second == segments[s].numel &&
+           owner != resident_in_.end() && owner->second == call;
+  }
+  if (same) return it->second.work;
+  // A new or changed layout: every tensor of the call back in its own state, then one gather into a new block.
+  if (it != resident_.end()) materialize(it->second.layout.front().first);
+  for (const TensorSegment& segment : segments) materialize(segment.name);
+  gather_state(segments, states, call);
+  ResidentLayout block;
+  for (const TensorSegment& segment : segments) block.layout.emplace_back(std::string(segment.name), segment.numel);
+  block.work = std::move(work_);
+  work_ = TensorState{};
+  for (std::size_t s = 0; s < segments.size(); ++s) {
+    for (auto& buffer : states[s]->buffers) std::vector<float>().swap(buffer);  // held by the block meanwhile
+    std::vector<float>().swap(states[s]->residual_next);
+    resident_in_.insert_or_assign(std::string(segments[s].name), std::string(call));
+  }
+  auto& slot = resident_.insert_or_assign(std::string(call), std::move(block)).first->second;
+  return slot.work;
+}
+
+void ErrorFeedbackCompressor::materialize(std::string_view tensor) const {
+  const auto owner = resident_in_.find(tensor);
+  if (owner == resident_in_.end()) return;
+  const auto it = resident_.find(owner->second);
+  if (it == resident_.end()) {
+    resident_in_.erase(owner);
+    return;
+  }
+  const ResidentLayout& block = it->second;
+  std::size_t offset = 0;
+  for (const auto& [name, numel] : block.layout) {
+    TensorState& state = states_.find(name)->second;
+    state.buffers.resize(block.work.buffers.size());
+    for (std::size_t b = 0; b < block.work.buffers.size(); ++b) {
+      const auto& source = block.work.buffers[b];
+      if (source.empty()) {
+        state.buffers[b].clear();
+      } else {
+        state.buffers[b].assign(source.begin() + static_cast<std::ptrdiff_t>(offset),
+                                source.begin() + static_cast<std::ptrdiff_t>(offset + numel));
+      }
+    }
+    resident_in_.erase(name);
+    offset += numel;
+  }
+  call_scalars_.insert_or_assign(it->first, block.work.scalars);
+  resident_.erase(it);
+}
+
+void ErrorFeedbackCompressor::materialize_all() const {
+  while (!resident_in_.empty()) materialize(resident_in_.begin()->first);
+}
+
+void ErrorFeedbackCompressor::leave_residency(std::span<const TensorSegment> segments, EncodeArgs& args) {
+  // The tensors' own states again; encode_skipping gathers from them (and its scalars from call_scalars_).
+  materialize(segments.front().name);
+  args.state = &work_;
+  args.residual = nullptr;
 }
 
 std::size_t ErrorFeedbackCompressor::encode_slice(const float* values, DType dtype, std::size_t n,
@@ -385,6 +471,7 @@ void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::byte>, const 
 #endif
 
 std::vector<std::byte> ErrorFeedbackCompressor::save_state() const {
+  materialize_all();
   sync_to_host({}, /*drop_device=*/false);
   ByteWriter writer;
   write_state_envelope(writer, name_, states_.size());
@@ -422,6 +509,8 @@ void ErrorFeedbackCompressor::load_state(std::span<const std::byte> bytes) {
   }
   GRADCOMP_CHECK_AS(CorruptPayload, reader.at_end(), "corrupt compressor state: {} trailing bytes", reader.remaining());
   drop_device_states();
+  resident_.clear();
+  resident_in_.clear();
   states_ = std::move(loaded);
 }
 

@@ -171,7 +171,28 @@ class ErrorFeedbackCompressor : public Compressor {
   mutable std::unique_ptr<CudaPath> cuda_;
   std::vector<float> scratch_in_, scratch_out_, masked_;
   TensorState work_;  // a gathered call's state (see gather_state)
-  std::map<std::string, std::vector<double>, std::less<>> call_scalars_;
+
+  // A fused call's state kept in one contiguous block between calls (the DDP hook's buckets and the runtime's fusion
+  // buffers repeat their layouts every step): the next call of the same layout encodes on it directly, without
+  // gathering from and scattering to the tensors' own states. Anything else that needs one of those tensors' state
+  // (another layout, a direct call, a chunk, save_state, state_of, the CUDA path) first copies the block back
+  // (materialize), so every other code path sees per-tensor states as before.
+  struct ResidentLayout {
+    std::vector<std::pair<std::string, std::size_t>> layout;  // (tensor name, numel), in order
+    TensorState work;
+  };
+  // The block of a call made of several whole tensors, reused when the layout and residency match, else built by a
+  // gather (the tensors' own buffers are released while they are resident).
+  TensorState& resident_work(std::span<const TensorSegment> segments, const std::vector<TensorState*>& states,
+                             std::string_view call);
+  // Copies the block holding `tensor`'s state (if any) back into the states of all its tensors and drops it.
+  void materialize(std::string_view tensor) const;
+  void materialize_all() const;
+  // nonfinite=skip inside a resident call: the block goes back to the tensors' states before encode_skipping.
+  void leave_residency(std::span<const TensorSegment> segments, EncodeArgs& args);
+  mutable std::map<std::string, ResidentLayout, std::less<>> resident_;    // by call name
+  mutable std::map<std::string, std::string, std::less<>> resident_in_;    // tensor name -> call name
+  mutable std::map<std::string, std::vector<double>, std::less<>> call_scalars_;
 };
 
 }  // namespace gradcomp

@@ -110,6 +110,7 @@ void ErrorFeedbackCompressor::drop_device_states() {
 DeviceTensorState& ErrorFeedbackCompressor::device_state_for(std::string_view name, std::size_t numel, int device,
                                                              void* stream_handle, int rank) {
   auto stream = static_cast<cudaStream_t>(stream_handle);
+  materialize(name);  // a host call's resident block goes back to the tensors' own states first
   // Host state (steps, scalars; float buffers stay empty while the device holds them) and device state.
   auto host_it = states_.find(name);
   if (host_it == states_.end()) {

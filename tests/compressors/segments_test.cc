@@ -121,6 +121,33 @@ TEST(Segments, RepeatedLayoutsGiveTheBitsOfRefreshedState) {
   }
 }
 
+// A fused layout's state stays in one block between calls (ErrorFeedbackCompressor::resident_work): other layouts
+// of the same tensors, a NaN skipped inside the block, and a state loaded meanwhile must give the bits of a
+// compressor whose state is flushed back to the tensors after every call.
+TEST(Segments, ResidentBlocksSurviveOtherLayoutsSkipsAndLoads) {
+  for (const char* spec : {"dgc:ratio=0.02,nonfinite=skip", "topk:ratio=0.05,nonfinite=skip", "qsgd:nonfinite=skip"}) {
+    auto cached = make_compressor(spec);
+    auto refreshed = make_compressor(spec);
+    const std::vector<TensorSegment> ab = {{"a", 0, 900, 0, 0}, {"b", 900, 1300, 0, 0}};
+    const std::vector<TensorSegment> ba = {{"b", 0, 1300, 0, 0}, {"a", 1300, 900, 0, 0}};
+    for (std::uint64_t step = 0; step < 6; ++step) {
+      auto grad = make_values(2200, static_cast<unsigned>(40 + step), false);
+      if (step == 3) grad[1000] = std::nanf("");  // b skips this step, a takes it
+      const bool swapped = step == 2;  // the same tensors in another layout (another call) in between
+      const auto x = compress_segments(*cached, grad, swapped ? "other" : "buf", step, swapped ? ba : ab);
+      const auto y = compress_segments(*refreshed, grad, swapped ? "other" : "buf", step, swapped ? ba : ab);
+      ASSERT_EQ(x, y) << spec << " step " << step;
+      (void)state(*refreshed, "b");
+      if (step == 4) {
+        const auto saved = refreshed->save_state();
+        cached->load_state(saved);
+        refreshed->load_state(saved);
+      }
+    }
+    EXPECT_EQ(cached->save_state(), refreshed->save_state()) << spec;
+  }
+}
+
 TEST(Segments, RaiseNamesTheSegmentAndItsOwnIndex) {
   auto c = make_compressor("qsgd");
   auto grad = make_values(300, 1, false);
