@@ -67,6 +67,13 @@ std::vector<TensorSegment> segments_in(const Call& call, std::size_t begin, std:
 // Allgatherv of every rank's `payload` (in call.space) into one buffer of call.space: returns it and fills `counts`
 // (bytes per rank). Synchronizes the space first, so the communicator sees finished payloads.
 Bytes allgather_payloads(Call& call, const Bytes& payload, std::vector<std::size_t>& counts);
+// The same when every rank's payload size is already known (`counts`, bytes per rank, equal on every rank).
+Bytes allgatherv_payloads(Call& call, const Bytes& payload, const std::vector<std::size_t>& counts);
+
+// Decompresses concatenated payloads (`counts[r]` bytes from rank r, in rank order) into `sum`: rank 0's overwrites,
+// the others accumulate. Every rank sums in the same order, so the result is bit-identical on every rank.
+void decode_in_rank_order(Call& call, std::span<const std::byte> all, std::span<const std::size_t> counts,
+                          const TensorView& sum);
 
 // An f32 working tensor of the call's numel in call.space: the tensor itself when it is f32 (its values were consumed
 // by compress()), else a new buffer (`holder` keeps it).

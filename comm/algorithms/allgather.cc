@@ -18,13 +18,7 @@ void run_allgather(Call& call) {
   Bytes holder(0);
   float* sum = f32_sum_buffer(call, holder);
   const TensorView sum_view = call.space.view(sum, numel, DType::kF32);
-  const std::span<const std::byte> all = gathered;
-  std::size_t offset = 0;
-  for (int r = 0; r < n; ++r) {
-    call.compressor.decompress(all.subspan(offset, counts[r]), sum_view,
-                               r == 0 ? DecodeMode::kOverwrite : DecodeMode::kAccumulate);
-    offset += counts[r];
-  }
+  decode_in_rank_order(call, gathered, counts, sum_view);
   if (call.options.op == ReduceOp::kAverage && n > 1) call.space.divide(sum, numel, static_cast<float>(n), false);
   call.space.store_f32(sum, call.tensor);
 }

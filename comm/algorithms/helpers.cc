@@ -48,9 +48,17 @@ std::vector<TensorSegment> segments_in(const Call& call, std::size_t begin, std:
 
 Bytes allgather_payloads(Call& call, const Bytes& payload, std::vector<std::size_t>& counts) {
   const int n = call.comm.size();
+  {
+    Stopwatch watch(call.stats.communicate_s);
+    const auto sizes = allgather_u64(call.comm, payload.size());
+    counts.assign(sizes.begin(), sizes.end());
+  }
+  call.stats.wire_bytes += n > 1 ? 8 * (n - 1) : 0;
+  return allgatherv_payloads(call, payload, counts);
+}
+
+Bytes allgatherv_payloads(Call& call, const Bytes& payload, const std::vector<std::size_t>& counts) {
   Stopwatch watch(call.stats.communicate_s);
-  const auto sizes = allgather_u64(call.comm, payload.size());
-  counts.assign(sizes.begin(), sizes.end());
   std::size_t total = 0;
   for (const std::size_t count : counts) total += count;
   // Pooled and not zero-filled: a fresh multi-megabyte buffer costs a page fault per 4 KiB on every call.
@@ -58,8 +66,18 @@ Bytes allgather_payloads(Call& call, const Bytes& payload, std::vector<std::size
   gathered.shrink(total);
   call.space.synchronize();
   call.comm.allgatherv(payload, counts, gathered);
-  call.stats.wire_bytes += ring_allgather_bytes(total, n) + (n > 1 ? 8 * (n - 1) : 0);
+  call.stats.wire_bytes += ring_allgather_bytes(total, call.comm.size());
   return gathered;
+}
+
+void decode_in_rank_order(Call& call, std::span<const std::byte> all, std::span<const std::size_t> counts,
+                          const TensorView& sum) {
+  std::size_t offset = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    call.compressor.decompress(all.subspan(offset, counts[r]), sum,
+                               r == 0 ? DecodeMode::kOverwrite : DecodeMode::kAccumulate);
+    offset += counts[r];
+  }
 }
 
 float* f32_sum_buffer(Call& call, Bytes& holder) {

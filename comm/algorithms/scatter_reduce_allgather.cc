@@ -76,13 +76,7 @@ void run_scatter_reduce_allgather(Call& call) {
   const TensorView sum_view = space.view(sum, my_len, DType::kF32);
   {
     Stopwatch watch(call.stats.decompress_s);
-    const std::span<const std::byte> all = received;
-    std::size_t offset = 0;
-    for (int s = 0; s < n; ++s) {
-      call.compressor.decompress(all.subspan(offset, recv_counts[s]), sum_view,
-                                 s == 0 ? DecodeMode::kOverwrite : DecodeMode::kAccumulate);
-      offset += recv_counts[s];
-    }
+    decode_in_rank_order(call, received, recv_counts, sum_view);
     if (call.options.op == ReduceOp::kAverage && n > 1) space.divide(sum, my_len, static_cast<float>(n), false);
   }
   const auto reduced = compress_part(call, sum_view, fmt::format("{}#sra{}", call.name, me), 1.0f);

@@ -47,23 +47,10 @@ void run_sparse(Call& call) {
     }
     call.stats.wire_bytes += ring_allreduce_bytes(numel * sizeof(float), n);
   } else {
-    std::vector<std::size_t> counts(sizes.begin(), sizes.end());
-    Bytes gathered = call.space.allocate(static_cast<std::size_t>(total));
-    gathered.shrink(static_cast<std::size_t>(total));
-    {
-      Stopwatch watch(call.stats.communicate_s);
-      call.space.synchronize();
-      call.comm.allgatherv(payload, counts, gathered);
-    }
-    call.stats.wire_bytes += ring_allgather_bytes(gathered.size(), n);
+    const std::vector<std::size_t> counts(sizes.begin(), sizes.end());
+    const Bytes gathered = allgatherv_payloads(call, payload, counts);
     Stopwatch watch(call.stats.decompress_s);
-    const std::span<const std::byte> all = gathered;
-    std::size_t offset = 0;
-    for (int r = 0; r < n; ++r) {
-      call.compressor.decompress(all.subspan(offset, counts[r]), sum_view,
-                                 r == 0 ? DecodeMode::kOverwrite : DecodeMode::kAccumulate);
-      offset += counts[r];
-    }
+    decode_in_rank_order(call, gathered, counts, sum_view);
   }
 
   Stopwatch watch(call.stats.decompress_s);
