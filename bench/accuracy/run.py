@@ -36,6 +36,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
+import lm_report  # noqa: E402
+import lm_seeds  # noqa: E402
+import lm_task  # noqa: E402
 import report  # noqa: E402
 import seeds  # noqa: E402
 
@@ -156,13 +159,17 @@ class Progress:
             self.line(f"{tag}  epoch {ev['epoch']}/{ev['epochs']}  step {ev['step']}/{ev['steps']}  "
                       f"loss {ev['loss']:.4f}  {sent}  {ev['train_s']:.1f} s")
         elif kind == "eval":
-            self.line(f"{tag}  step {ev['step']}  test accuracy {100 * ev['acc']:.2f}%")
+            self.line(f"{tag}  step {ev['step']}  " + (f"validation {ev['bpb']:.4f} bits/byte" if "bpb" in ev
+                                                        else f"test accuracy {100 * ev['acc']:.2f}%"))
         elif kind == "result":
             self.count += 1
-            self.line(f"{tag}  done: test accuracy {100 * ev['test_acc']:.2f}%, ratio "
+            metric = (f"validation {ev['val_bpb']:.4f} bits/byte" if "val_bpb" in ev
+                      else f"test accuracy {100 * ev['test_acc']:.2f}%")
+            pace = (f"{ev['time_per_100_steps_s']:.1f} s/100 steps" if "val_bpb" in ev
+                    else f"{ev['time_per_epoch_s']:.1f} s/epoch")
+            self.line(f"{tag}  done: {metric}, ratio "
                       f"{ev['compression_ratio']:.1f}x, payload {report.human_bytes(ev['payload_bytes_per_step'])}"
-                      f"/step, "
-                      f"{ev['time_per_epoch_s']:.1f} s/epoch", final=True)
+                      f"/step, {pace}", final=True)
         elif kind == "failed":
             self.count += 1
             self.line(f"{tag}  FAILED: {ev['error']}", final=True)
@@ -179,6 +186,8 @@ def launch(args, comm: str, specs: list[str], index_base: int, run_dir: str, env
               "--evals-per-epoch", str(args.evals_per_epoch), "--threads", str(args.threads)]
     if args.cosine:
         worker.append("--cosine")
+    if args.task == "lm":
+        worker = lm_task.worker_command(python, json.dumps(specs), comm, index_base, run_dir, args)
     env = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     if comm == "gradcomp":
         cmd = ["mpirun"] + MPI_FLAGS + ["-np", str(args.ranks)]
@@ -308,20 +317,24 @@ def run_sweep(args, comm: str, specs: list[str], env: dict, out: str, deadline: 
             row = {"spec": spec, "status": "failed", "error": failures.get(spec, "no result")}
         row["link"] = args.link or ""
         rows.append(row)
-    report.annotate(rows)
+    rep = lm_report if args.task == "lm" else report   # same functions, the task's own metric
+    rep.annotate(rows)
     print()
-    print(report.table(rows, with_link=bool(args.link)))
+    print(rep.table(rows, with_link=bool(args.link)))
     if not any(report.codec(r["spec"]) == "none" and r["status"] == "ok" for r in rows):
         print("(Δ vs none is n/a: this sweep has no successful 'none' run; add none to --compressors, or pair it "
               "later with `run.py --combine THIS_FOLDER A_SWEEP_WITH_NONE --out ...` (same seed and settings))")
     meta = {k: getattr(args, k) for k in ("ranks", "epochs", "model", "train_subset", "batch", "lr", "momentum",
                                           "cosine", "seed", "link", "full")}
     meta.update(comm=comm, comm_why=args.comm_why, sweep_wall_s=wall, compressors=specs)
+    if args.task == "lm":
+        meta.update(lm_task.meta(args))
     csv_path = os.path.join(out, "accuracy.csv")
     png_path = os.path.join(out, "accuracy.png")
-    report.write_csv(rows, csv_path)
-    report.write_json(rows, meta, os.path.join(out, "accuracy.json"))
-    report.write_png(rows, png_path, sweep_title(args, comm) + f", seed {args.seed}")
+    rep.write_csv(rows, csv_path)
+    rep.write_json(rows, meta, os.path.join(out, "accuracy.json"))
+    title = lm_task.title(args, comm) if args.task == "lm" else sweep_title(args, comm)
+    rep.write_png(rows, png_path, title + f", seed {args.seed}")
     print(f"\nwrote {csv_path}, {png_path} ({wall:.0f} s of training runs)")
     if stopped:
         return 130
@@ -335,8 +348,12 @@ def sweep_title(args, comm: str) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--compressors", default=DEFAULT_COMPRESSORS,
-                   help="gradcomp specs separated by commas (default: the nine of the sweep: %(default)s)")
+    p.add_argument("--task", choices=("fashion-mnist", "lm"), default="fashion-mnist",
+                   help="fashion-mnist (default: MLP/CNN with SGD) or lm (byte-level transformer with AdamW on the "
+                   "Python standard library's sources; quick by default, --full ~25 min per seed on 2 idle cores)")
+    p.add_argument("--compressors",
+                   help=f"gradcomp specs separated by commas (default: the nine of the sweep: {DEFAULT_COMPRESSORS}; "
+                   f"--task lm: {lm_task.DEFAULT_COMPRESSORS})")
     p.add_argument("--ranks", type=int, default=4, help="data-parallel ranks on this machine (default 4)")
     p.add_argument("--epochs", type=int, help="epochs per run (demo 1, --full 20)")
     p.add_argument("--full", action="store_true", help="the converged sweep: CNN, all 60,000 images, 20 epochs, "
@@ -369,17 +386,23 @@ def main() -> int:
                    "images per compressor, at least 7200; 4.5 h for --full); runs not finished by then are reported "
                    "as not run")
     p.add_argument("--quiet", action="store_true", help="no progress lines, only each run's result and the table")
+    lm_task.add_arguments(p)
     args = p.parse_args()
+    lm = args.task == "lm"
+    if args.compressors is None:
+        args.compressors = lm_task.DEFAULT_COMPRESSORS if lm else DEFAULT_COMPRESSORS
 
     if args.combine:
         try:
-            return seeds.write_combined(args.combine, args.out)
+            return (lm_seeds if lm else seeds).write_combined(args.combine, args.out)
         except (OSError, ValueError, KeyError) as e:
             sys.exit(f"run.py --combine: {e}")
     try:
         seed_list = parse_seeds(args.seeds) if args.seeds else [args.seed]
     except ValueError as e:
         p.error(str(e))
+    if lm:  # before the Fashion-MNIST preset, which would fill --batch and --lr with its values
+        lm_task.configure(args)
     preset = PRESETS["full" if args.full else "demo"]
     for key, value in preset.items():
         if getattr(args, key, None) is None:
@@ -401,7 +424,8 @@ def main() -> int:
         args.log_every = max(1, steps // 20)
 
     mode = "full" if args.full else "demo"
-    print(f"accuracy sweep ({mode}): {len(specs)} compressors, {args.ranks} ranks, model {args.model}, "
+    print(lm_task.banner(args, len(specs)) if lm else
+          f"accuracy sweep ({mode}): {len(specs)} compressors, {args.ranks} ranks, model {args.model}, "
           f"{args.epochs} epoch(s) over {args.train_subset or 60000} Fashion-MNIST images, batch {args.batch}/rank"
           f"{', link ' + args.link if args.link else ''}"
           + (f", seeds {','.join(map(str, seed_list))}" if args.seeds else ""))
@@ -412,6 +436,8 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, interrupted)
     signal.signal(signal.SIGINT, interrupted)   # also when started in the background (SIGINT ignored there)
+    if args.timeout is None and lm:
+        args.timeout = lm_task.default_timeout(args, len(specs), len(seed_list))
     if args.timeout is None:
         images = args.train_subset or 60000
         args.timeout = len(seed_list) * max(7200.0, 90.0 * args.epochs * len(specs) * images / 60000)
@@ -429,7 +455,7 @@ def main() -> int:
         folders.append(folder)
         if rc == 130:
             break
-    return max(worst, seeds.write_combined(folders, args.out))
+    return max(worst, (lm_seeds if lm else seeds).write_combined(folders, args.out))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,82 @@
+"""`run.py --task lm`: the second task family of the compression-vs-accuracy sweep, a byte-level transformer language
+model trained with AdamW (issue 21). This module holds what run.py needs to know about it: the presets, the
+command line flags of its own, the rank command (lm_worker.py) and the titles; lm_report.py / lm_seeds.py write its
+outputs. The Fashion-MNIST task stays run.py's default.
+"""
+from __future__ import annotations
+
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# The issue's eight rows, each with error feedback (ef=on is every lossy codec's default; dgc's accumulator is its
+# error feedback). dgc's momentum correction is off under AdamW and its sparsity warm-up is the paper's (lm_worker).
+DEFAULT_COMPRESSORS = ("none,fp16,bf16,qsgd:bits=4,onebit,topk:ratio=0.01,dgc:ratio=0.001,powersgd:rank=4")
+
+# quick: the whole eight-row sweep in a few minutes on 2 cores (4 ranks), far from converged. full: sized so one
+# seed's sweep takes about 25 minutes on an idle 2-core machine with dense below 2.0 validation bits per byte
+# (docs/accuracy.md, "Second family").
+PRESETS = {
+    "quick": dict(steps=60, batch=4, lr=3e-3, layers=4, width=128, heads=4, context=128, evals=4),
+    "full": dict(steps=300, batch=4, lr=3e-3, layers=4, width=128, heads=4, context=128, evals=10),
+}
+
+
+def add_arguments(parser) -> None:
+    """Adds the LM-only flags (defaults from the preset; --batch and --lr are run.py's shared flags)."""
+    g = parser.add_argument_group("--task lm (byte-level transformer, AdamW)")
+    g.add_argument("--steps", type=int, help="training steps per run (quick 60, --full 300)")
+    g.add_argument("--layers", type=int, help="transformer blocks (4)")
+    g.add_argument("--width", type=int, help="model width (128)")
+    g.add_argument("--heads", type=int, help="attention heads (4)")
+    g.add_argument("--context", type=int, help="context length in bytes (128)")
+    g.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay (0.1)")
+    g.add_argument("--evals", type=int, help="validation evaluations per run (quick 4, --full 10)")
+    g.add_argument("--train-bytes", type=int, default=4_000_000, help="cap on training bytes (4,000,000)")
+    g.add_argument("--val-bytes", type=int, default=262_144, help="cap on validation bytes (262,144)")
+    g.add_argument("--val-windows", type=int, default=256, help="validation windows of --context bytes (256)")
+
+
+def configure(args) -> None:
+    """Fills the preset into every LM setting left unset, plus the defaults run.py reads for both tasks (log
+    interval, timeout per seed: 3x the idle estimate of 1 s per step, at least 30 minutes)."""
+    preset = PRESETS["full" if args.full else "quick"]
+    for key, value in preset.items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    if args.log_every <= 0:
+        args.log_every = max(1, args.steps // 20)
+
+
+def default_timeout(args, n_specs: int, n_seeds: int) -> float:
+    """Seconds for the whole sweep: 3 s per step per compressor per seed (about 3x an idle 2-core machine), at least
+    30 minutes per seed."""
+    return n_seeds * max(1800.0, 3.0 * args.steps * n_specs)
+
+
+def worker_command(python: str, specs_json: str, comm: str, index_base: int, run_dir: str, args) -> list[str]:
+    """The rank command for one launch over `specs_json` (a JSON list)."""
+    cmd = [python, os.path.join(HERE, "lm_worker.py"), "--specs", specs_json, "--comm", comm,
+           "--index-base", str(index_base), "--out", run_dir, "--seed", str(args.seed),
+           "--log-every", str(args.log_every), "--threads", str(args.threads)]
+    for key in ("steps", "batch", "lr", "weight_decay", "layers", "width", "heads", "context", "evals",
+                "train_bytes", "val_bytes", "val_windows"):
+        cmd += ["--" + key.replace("_", "-"), str(getattr(args, key))]
+    return cmd
+
+
+def meta(args) -> dict:
+    """The LM settings recorded in accuracy.json's meta (what --combine requires to be equal, with ranks/comm)."""
+    return {k: getattr(args, k) for k in ("steps", "batch", "lr", "weight_decay", "layers", "width", "heads",
+                                          "context", "train_bytes", "val_bytes", "val_windows")} | {"task": "lm"}
+
+
+def title(args, comm: str) -> str:
+    return (f"byte-level LM (stdlib .py), transformer L{args.layers} d{args.width} ctx{args.context}, AdamW lr "
+            f"{args.lr:g}, {args.ranks} ranks x {args.batch} seqs, {args.steps} steps, gradients via {comm}")
+
+
+def banner(args, n_specs: int) -> str:
+    return (f"LM sweep ({'full' if args.full else 'quick'}): {n_specs} compressors, {args.ranks} ranks, "
+            f"transformer L{args.layers} d{args.width} ctx{args.context}, {args.steps} steps of {args.batch} "
+            f"sequences/rank, AdamW lr {args.lr:g}")
