@@ -1,44 +1,54 @@
 #include "comm/algorithms/buffer_pool.h"
 
 #include <algorithm>
-#include <vector>
 
 namespace gradcomp::algorithms {
-namespace {
-std::vector<PooledBlock>& cache() {
-  thread_local std::vector<PooledBlock> blocks;
-  return blocks;
-}
-}  // namespace
 
-PooledBlock acquire_block(std::size_t bytes) {
+BlockPool::~BlockPool() {
+  for (const PooledBlock& block : blocks_) allocator_.free(block.data, block.device);
+}
+
+PooledBlock BlockPool::acquire(std::size_t bytes, int device) {
   bytes = std::max<std::size_t>(bytes, 1);
   if (bytes >= kMinPooledBytes) {
-    auto& blocks = cache();
-    auto best = blocks.end();
-    for (auto it = blocks.begin(); it != blocks.end(); ++it) {
-      if (it->capacity >= bytes && it->capacity <= 2 * bytes && (best == blocks.end() || it->capacity < best->capacity)) {
+    auto best = blocks_.end();
+    for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
+      if (it->device == device && it->capacity >= bytes && it->capacity <= 2 * bytes &&
+          (best == blocks_.end() || it->capacity < best->capacity)) {
         best = it;
       }
     }
-    if (best != blocks.end()) {
-      PooledBlock block = std::move(*best);
-      blocks.erase(best);
+    if (best != blocks_.end()) {
+      const PooledBlock block = *best;
+      blocks_.erase(best);
       return block;
     }
   }
-  return PooledBlock{std::unique_ptr<std::byte[]>(new std::byte[bytes]), bytes};
+  return PooledBlock{allocator_.allocate(bytes, device), bytes, device};
 }
 
-void release_block(PooledBlock block) {
-  if (!block.data || block.capacity < kMinPooledBytes) return;
-  auto& blocks = cache();
-  blocks.push_back(std::move(block));
-  if (blocks.size() > kMaxPooledBlocks) {
-    const auto smallest = std::min_element(blocks.begin(), blocks.end(),
-                                           [](const auto& a, const auto& b) { return a.capacity < b.capacity; });
-    blocks.erase(smallest);
+void BlockPool::release(PooledBlock block) {
+  if (block.data == nullptr) return;
+  if (block.capacity < kMinPooledBytes) {
+    allocator_.free(block.data, block.device);
+    return;
   }
+  blocks_.push_back(block);
+  if (blocks_.size() > kMaxPooledBlocks) {
+    const auto smallest = std::min_element(blocks_.begin(), blocks_.end(),
+                                           [](const auto& a, const auto& b) { return a.capacity < b.capacity; });
+    allocator_.free(smallest->data, smallest->device);
+    blocks_.erase(smallest);
+  }
+}
+
+BlockPool& host_block_pool() {
+  static constexpr BlockAllocator kHost{
+      [](std::size_t bytes, int) { return new std::byte[bytes]; },
+      [](std::byte* data, int) { delete[] data; },
+  };
+  thread_local BlockPool pool(kHost);
+  return pool;
 }
 
 }  // namespace gradcomp::algorithms

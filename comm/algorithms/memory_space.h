@@ -13,32 +13,28 @@
 
 namespace gradcomp::algorithms {
 
-// A byte buffer that is not zero-filled on allocation (payload buffers are large and written by the codec). Host
-// blocks come from and return to the per-thread pool of buffer_pool.h; device blocks are owned through `release`.
+// A byte buffer that is not zero-filled on allocation (payload buffers are large and written by the codec). Its block
+// comes from a per-thread BlockPool (buffer_pool.h) and goes back, when the buffer goes away, to the same kind of
+// pool of the thread that frees it: `pool` names the kind (host_block_pool, or the CUDA space's device pool).
 class Bytes {
  public:
-  explicit Bytes(std::size_t capacity) : block_(acquire_block(capacity)), size_(capacity) {}
-  // Device (or other foreign) memory: `release(data)` is called once when the buffer goes away.
-  Bytes(std::byte* data, std::size_t size, void (*release)(std::byte*, std::size_t))
-      : foreign_(data), release_(release), foreign_capacity_(size), size_(size) {}
+  explicit Bytes(std::size_t capacity) : Bytes(host_block_pool, host_block_pool().acquire(capacity), capacity) {}
+  Bytes(BlockPool& (*pool)(), PooledBlock block, std::size_t size) : block_(block), pool_(pool), size_(size) {}
   Bytes(Bytes&& other) noexcept { *this = std::move(other); }
   Bytes& operator=(Bytes&& other) noexcept {
     if (this != &other) {
       reset();
-      block_ = std::move(other.block_);
-      foreign_ = other.foreign_;
-      release_ = other.release_;
-      foreign_capacity_ = other.foreign_capacity_;
+      block_ = other.block_;
+      pool_ = other.pool_;
       size_ = other.size_;
-      other.foreign_ = nullptr;
-      other.release_ = nullptr;
+      other.block_ = PooledBlock{};
     }
     return *this;
   }
   Bytes(const Bytes&) = delete;
   Bytes& operator=(const Bytes&) = delete;
   ~Bytes() { reset(); }
-  std::byte* data() const { return foreign_ ? foreign_ : block_.data.get(); }
+  std::byte* data() const { return block_.data; }
   std::size_t size() const { return size_; }
   void shrink(std::size_t size) { size_ = size; }
   std::byte* begin() const { return data(); }
@@ -48,14 +44,11 @@ class Bytes {
 
  private:
   void reset() {
-    if (foreign_ && release_) release_(foreign_, foreign_capacity_);
-    foreign_ = nullptr;
-    release_block(std::move(block_));
+    if (block_.data != nullptr && pool_ != nullptr) pool_().release(block_);
+    block_ = PooledBlock{};
   }
   PooledBlock block_;
-  std::byte* foreign_ = nullptr;
-  void (*release_)(std::byte*, std::size_t) = nullptr;
-  std::size_t foreign_capacity_ = 0;
+  BlockPool& (*pool_)() = nullptr;
   std::size_t size_ = 0;
 };
 

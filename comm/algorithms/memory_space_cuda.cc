@@ -21,38 +21,21 @@ namespace gradcomp::algorithms {
 #if GRADCOMP_WITH_CUDA
 namespace {
 
-// Freed device blocks of at least 1 MiB are kept per thread (at most 4, by device) and serve later requests of up to
-// twice their size, as the host pool does: no cudaMalloc on the hot path in steady state.
-struct CachedBlock {
-  int device = 0;
-  std::byte* data = nullptr;
-  std::size_t capacity = 0;
-};
-std::vector<CachedBlock>& device_cache() {
-  thread_local std::vector<CachedBlock> blocks;
-  return blocks;
-}
-constexpr std::size_t kMaxCached = 4;
-
-int current_device() {
-  int device = 0;
-  GRADCOMP_CUDA_CHECK(cudaGetDevice(&device));
-  return device;
-}
-
-void release_device_block(std::byte* data, std::size_t capacity) {
-  if (capacity < kMinPooledBytes) {
-    cudaFree(data);
-    return;
-  }
-  auto& blocks = device_cache();
-  blocks.push_back(CachedBlock{current_device(), data, capacity});
-  if (blocks.size() > kMaxCached) {
-    const auto smallest = std::min_element(blocks.begin(), blocks.end(),
-                                           [](const auto& a, const auto& b) { return a.capacity < b.capacity; });
-    cudaFree(smallest->data);
-    blocks.erase(smallest);
-  }
+// The calling thread's pool of device blocks (buffer_pool.h): no cudaMalloc on the hot path in steady state.
+BlockPool& device_block_pool() {
+  static constexpr BlockAllocator kDevice{
+      [](std::size_t bytes, int device) {
+        kernels::DeviceGuard guard(device);
+        void* data = nullptr;
+        GRADCOMP_CUDA_CHECK(cudaMalloc(&data, bytes));
+        return static_cast<std::byte*>(data);
+      },
+      // Any current device frees it (unified addressing). No check: at thread or process exit the CUDA runtime may
+      // already be unloading, and a failed free has no one to tell.
+      [](std::byte* data, int) { (void)cudaFree(data); },
+  };
+  thread_local BlockPool pool(kDevice);
+  return pool;
 }
 
 class CudaSpace final : public MemorySpace {
@@ -66,25 +49,7 @@ class CudaSpace final : public MemorySpace {
     return TensorView(numel ? data : nullptr, numel, dtype, device_, stream_);
   }
   Bytes allocate(std::size_t bytes) override {
-    bytes = std::max<std::size_t>(bytes, 1);
-    auto& blocks = device_cache();
-    auto best = blocks.end();
-    for (auto it = blocks.begin(); it != blocks.end(); ++it) {
-      if (it->device == device_.index && it->capacity >= bytes && it->capacity <= 2 * bytes &&
-          (best == blocks.end() || it->capacity < best->capacity)) {
-        best = it;
-      }
-    }
-    if (best != blocks.end()) {
-      const CachedBlock block = *best;
-      blocks.erase(best);
-      Bytes out(block.data, block.capacity, release_device_block);
-      out.shrink(bytes);
-      return out;
-    }
-    void* data = nullptr;
-    GRADCOMP_CUDA_CHECK(cudaMalloc(&data, bytes));
-    return Bytes(static_cast<std::byte*>(data), bytes, release_device_block);
+    return Bytes(device_block_pool, device_block_pool().acquire(bytes, device_.index), bytes);
   }
   void copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes) GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));

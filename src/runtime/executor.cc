@@ -255,17 +255,12 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
   std::unique_ptr<algorithms::MemorySpace> device_space;
   if (on_device) device_space = algorithms::cuda_space(tensors[0]);
   algorithms::MemorySpace& space = on_device ? *device_space : algorithms::host_space();
-  algorithms::Bytes device_buffer(0);
+  // The fusion buffer comes from the space's pool (buffer_pool.h): a repeated layout reuses the same block.
+  algorithms::Bytes fusion_buffer(0);
   TensorView buffer = tensors[0];
   if (!single) {
-    std::byte* data = nullptr;
-    if (on_device) {
-      device_buffer = space.allocate(group.bytes);
-      data = device_buffer.data();
-    } else {
-      data = arena_.get(group.bytes);
-    }
-    buffer = space.view(data, group.numel, group.dtype);
+    fusion_buffer = space.allocate(group.bytes);
+    buffer = space.view(fusion_buffer.data(), group.numel, group.dtype);
   }
   segments_.clear();
   for (std::size_t m = 0; m < members.size(); ++m) {

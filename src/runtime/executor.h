@@ -87,7 +87,6 @@ class Executor {
   mutable std::mutex codecs_mutex_;      // residual() reads codec state from other threads
   std::map<std::string, Codec> codecs_;  // key: canonical spec
   std::map<std::string, std::uint64_t> steps_;  // per buffer name
-  FusionArena arena_;
   std::vector<TensorSegment> segments_;
   AutoModel model_;
 };

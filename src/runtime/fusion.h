@@ -64,19 +64,4 @@ std::vector<FusionGroup> plan_fusion(const std::vector<ReadyTensor>& ready, std:
   return groups;
 }
 
-// Grow-only byte arena: fusion buffers are carved from it, so steady state allocates nothing.
-class FusionArena {
- public:
-  // At least `bytes` bytes, 64-byte aligned; valid until the next call.
-  std::byte* get(std::size_t bytes);
-  std::size_t capacity() const { return capacity_; }
-  // Times the storage was (re)allocated.
-  std::size_t allocations() const { return allocations_; }
-
- private:
-  std::vector<std::byte> storage_;
-  std::size_t capacity_ = 0;
-  std::size_t allocations_ = 0;
-};
-
 }  // namespace gradcomp::runtime

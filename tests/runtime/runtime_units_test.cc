@@ -94,17 +94,6 @@ TEST(Fusion, NeverMixesReduceOps) {
   EXPECT_EQ(groups[1].op, ReduceOp::kAverage);
 }
 
-TEST(Fusion, ArenaIsReused) {
-  FusionArena arena;
-  std::byte* first = arena.get(1000);
-  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(first) % 64, 0u);
-  EXPECT_EQ(arena.get(500), first);
-  EXPECT_EQ(arena.get(1000), first);
-  EXPECT_EQ(arena.allocations(), 1u);
-  arena.get(5000);
-  EXPECT_EQ(arena.allocations(), 2u);
-}
-
 TEST(Timeline, WritesValidChromeTrace) {
   const std::string path = ::testing::TempDir() + "/gradcomp_timeline_unit.json";
   {

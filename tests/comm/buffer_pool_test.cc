@@ -1,0 +1,102 @@
+// The one pool of reusable working buffers (comm/algorithms/buffer_pool.h), used by the host and CUDA memory spaces
+// and the runtime's fusion buffers: reuse within 2x, per-device keys, the bound, and direct frees of small blocks.
+#include "comm/algorithms/buffer_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "comm/algorithms/memory_space.h"
+
+namespace gradcomp::algorithms {
+namespace {
+
+// Allocations and frees of a fake kind of memory, to see what the pool asks of its allocator.
+struct Counts {
+  int allocated = 0;
+  int freed = 0;
+  std::set<std::byte*> live;
+};
+Counts counts;
+
+BlockPool make_pool() {
+  counts = Counts{};
+  return BlockPool(BlockAllocator{
+      [](std::size_t bytes, int) {
+        auto* data = new std::byte[bytes];
+        ++counts.allocated;
+        counts.live.insert(data);
+        return data;
+      },
+      [](std::byte* data, int) {
+        EXPECT_EQ(counts.live.erase(data), 1u) << "freed a block the allocator did not hand out, or twice";
+        ++counts.freed;
+        delete[] data;
+      }});
+}
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+TEST(BlockPool, ReusesAFreedBlockWithinTwiceTheRequest) {
+  {
+    BlockPool pool = make_pool();
+    const PooledBlock first = pool.acquire(4 * kMiB);
+    pool.release(first);
+    EXPECT_EQ(pool.cached(), 1u);
+    const PooledBlock again = pool.acquire(3 * kMiB);  // 4 MiB <= 2 x 3 MiB: reused
+    EXPECT_EQ(again.data, first.data);
+    EXPECT_EQ(again.capacity, 4 * kMiB);
+    pool.release(again);
+    const PooledBlock small = pool.acquire(kMiB);  // 4 MiB > 2 x 1 MiB: a new block
+    EXPECT_NE(small.data, first.data);
+    EXPECT_EQ(counts.allocated, 2);
+    pool.release(small);
+    EXPECT_EQ(counts.freed, 0);
+  }
+  EXPECT_EQ(counts.freed, 2) << "the pool frees what it caches when it goes away";
+  EXPECT_TRUE(counts.live.empty());
+}
+
+TEST(BlockPool, KeysBlocksByDevice) {
+  BlockPool pool = make_pool();
+  pool.release(pool.acquire(2 * kMiB, /*device=*/0));
+  const PooledBlock other = pool.acquire(2 * kMiB, /*device=*/1);
+  EXPECT_EQ(other.device, 1);
+  EXPECT_EQ(counts.allocated, 2) << "a block of device 0 must not serve device 1";
+  pool.release(other);
+  EXPECT_EQ(pool.acquire(2 * kMiB, 0).device, 0);
+  EXPECT_EQ(counts.allocated, 2);
+}
+
+TEST(BlockPool, FreesSmallBlocksAndStaysBounded) {
+  BlockPool pool = make_pool();
+  pool.release(pool.acquire(1000));
+  EXPECT_EQ(pool.cached(), 0u);
+  EXPECT_EQ(counts.freed, 1);
+  std::vector<PooledBlock> blocks;
+  for (std::size_t i = 0; i < kMaxPooledBlocks + 2; ++i) blocks.push_back(pool.acquire((i + 1) * 8 * kMiB));
+  for (const PooledBlock& block : blocks) pool.release(block);
+  EXPECT_EQ(pool.cached(), kMaxPooledBlocks);
+  EXPECT_EQ(counts.freed, 3) << "the smallest blocks go beyond the bound";
+  // The largest survive: a request for the largest size is served from the cache.
+  const PooledBlock largest = pool.acquire((kMaxPooledBlocks + 2) * 8 * kMiB);
+  EXPECT_EQ(largest.data, blocks.back().data);
+  pool.release(largest);
+}
+
+TEST(BlockPool, HostBytesGoBackToTheThreadsPool) {
+  std::byte* first = nullptr;
+  {
+    Bytes bytes(3 * kMiB);
+    first = bytes.data();
+    EXPECT_EQ(bytes.size(), 3 * kMiB);
+  }
+  Bytes again(3 * kMiB);
+  EXPECT_EQ(again.data(), first) << "a steady-state call must not allocate";
+  Bytes moved = std::move(again);
+  EXPECT_EQ(moved.data(), first);
+  EXPECT_EQ(again.data(), nullptr);  // NOLINT(bugprone-use-after-move): moved-from is empty by contract
+}
+
+}  // namespace
+}  // namespace gradcomp::algorithms
