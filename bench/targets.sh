@@ -48,5 +48,5 @@ timeout 1800 bench/net/shaped.sh 1gbit -- mpirun --allow-run-as-root --oversubsc
   >"$out/hooks.jsonl" 2>&1
 stamp hooks
 grep -E '^\| (codec|[a-z0-9]+ \|)' "$out/compressors.txt" || true
-tail -6 "$out/allreduce.txt"
+grep -vE '^(#| +spec |$)' "$out/allreduce.txt" | awk '!seen[$0]++'  # rows once (the dense baseline heads every table)
 grep '^{' "$out/hooks.jsonl" || true
