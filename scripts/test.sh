@@ -41,6 +41,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 if [ $fuzz -eq 1 ]; then
   exec "$ROOT/scripts/fuzz.sh" "$fuzz_seconds"
 fi
+# Java and PySpark for the Spark tests (label python; they skip without them). GRADCOMP_SPARK_DEPS=0 leaves them out.
+if [ $sanitize -eq 0 ] && { [ -z "$label" ] || [ "$label" = python ]; } && [ "${GRADCOMP_SPARK_DEPS:-1}" != 0 ]; then
+  source scripts/spark-deps.sh
+  gradcomp_install_spark
+fi
 
 if [ $sanitize -eq 1 ]; then
   build_dir=${build_dir:-build-sanitize}
