@@ -137,6 +137,18 @@ def check_gathers(rank, size):
     _eq(hvd.grouped_reducescatter([parts[rank]], op=hvd.Sum)[0], mine, "grouped_reducescatter")
     _eq(hvd.synchronize(hvd.grouped_reducescatter_async([parts[rank]], op=hvd.Sum))[0], mine,
         "grouped_reducescatter_async")
+    for dt in (torch.float16, torch.bfloat16, torch.float64, torch.int32, torch.int64):
+        mine_dt = total.double()[start:start + base + (rank < extra)]
+        _eq(hvd.reducescatter(parts[rank].to(dt), op=hvd.Sum), mine_dt.to(dt), f"reducescatter Sum {dt}")
+        if dt.is_floating_point:
+            _eq(hvd.reducescatter(parts[rank].to(dt), op=hvd.Sum, prescale_factor=0.5, postscale_factor=4.0),
+                (mine_dt * 2.0).to(dt), f"reducescatter scaled Sum {dt}")
+        else:  # Horovod: the sum times (postscale / size), truncated toward zero
+            _eq(hvd.reducescatter(parts[rank].to(dt), op=hvd.Average, postscale_factor=3.0),
+                (mine_dt * (3.0 / size)).to(dt), f"reducescatter scaled Average {dt}")
+    few = torch.ones(size - 1, 2) * (rank + 1)  # fewer rows than ranks: the last rank owns none
+    got = hvd.reducescatter(few, op=hvd.Sum)
+    _eq(got, torch.full((1 if rank < size - 1 else 0, 2), float(size * (size + 1) // 2)), "reducescatter few rows")
     # sparse_allreduce_async: the allgathered (uncoalesced) COO tensor, averaged.
     sp = [torch.sparse_coo_tensor(torch.tensor([[r % 3, 4]]), torch.tensor([1.0 + r, 2.0]), (6,))
           for r in range(size)]

@@ -2,11 +2,12 @@
 dtype, CPU tensors, process sets), with their async and grouped variants and the gradients Horovod defines:
 allgather -> the averaged gradient's own rows; broadcast -> the averaged gradient on the root, zeros elsewhere;
 alltoall -> the alltoall of the gradient with the received splits; reducescatter -> allgather of the gradient
-(times the set size for Sum, and the scale factors)."""
+(times the set size for Sum, and the scale factors). reducescatter moves each rank's row blocks with one alltoall and
+sums them locally: half the bytes of an allreduce."""
 import torch
 
 from .._compressors import Compression, InvalidArgument
-from .collectives import Average, Sum, _check_reduce_op, _is_horovod_codec, _new_handle, _reduce, allreduce
+from .collectives import Average, Sum, _check_reduce_op, _is_horovod_codec, _new_handle, _scale, allreduce
 from .context import _ctx, _require_init
 from .process_sets import _ranks_of, _resolve, global_process_set
 from . import process_sets as _ps
@@ -143,6 +144,33 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
 
 
 # ---- reducescatter ----
+def _owned_rows(rows, size):
+    """Horovod's split of `rows` over `size` ranks: rows // size each, the first rows % size ranks one more."""
+    base, extra = divmod(rows, size)
+    return [base + (1 if r < extra else 0) for r in range(size)]
+
+
+def _sum_owned_rows(t, ps):
+    """The sum over the set of the rows this rank owns, from one alltoall of every rank's row blocks: (n-1)/n of the
+    tensor leaves each rank (an allreduce then a slice moved 2(n-1)/n). Summed here in set-rank order (exact and
+    deterministic), in float32 for half types, int64 for integers and bool, else in the tensor's dtype."""
+    size = len(_ranks_of(ps))
+    splits = _owned_rows(t.shape[0], size)
+    me = ps.rank() if ps is not global_process_set else _ctx.rank
+    received, _ = _ps.alltoallv(t, splits, ps)
+    blocks = received.view((size, splits[me]) + tuple(t.shape[1:]))
+    if t.dtype in (torch.float16, torch.bfloat16):
+        acc_dtype = torch.float32
+    elif t.is_floating_point() or t.is_complex():
+        acc_dtype = t.dtype
+    else:
+        acc_dtype = torch.int64
+    acc = blocks[0].to(acc_dtype, copy=True)
+    for i in range(1, size):
+        acc += blocks[i].to(acc_dtype)
+    return acc
+
+
 def _reducescatter_impl(tensor, op, process_set, prescale, postscale):
     if op not in (Average, Sum):
         raise InvalidArgument(f"reducescatter: op must be Average or Sum, got '{op}'")
@@ -151,12 +179,16 @@ def _reducescatter_impl(tensor, op, process_set, prescale, postscale):
     t = tensor.detach().contiguous()
     if t.dim() == 0:
         raise InvalidArgument("reducescatter: the tensor needs at least one dimension")
-    reduced = _reduce(t, op, prescale, postscale, ps)
-    # Horovod's split: dim0 // size rows each, the first dim0 % size ranks one more.
-    base, extra = divmod(t.shape[0], size)
-    r = ps.rank()
-    start = r * base + min(r, extra)
-    return reduced.narrow(0, start, base + (1 if r < extra else 0)).clone()
+    if t.device.type != "cpu":
+        raise InvalidArgument(f"reducescatter: the Python collectives take CPU tensors, got {t.device}")
+    out = _sum_owned_rows(_scale(t, prescale), ps)
+    # Scaled as allreduce scales: an Average divides by the set size; integers take (postscale / size) at once,
+    # truncated toward zero, as Horovod's ScaleBuffer.
+    if op == Average and out.is_floating_point():
+        out = _scale(out.div_(size), postscale)
+    else:
+        out = _scale(out, postscale / size if op == Average else postscale)
+    return out.to(t.dtype)
 
 
 class _Reducescatter(torch.autograd.Function):
