@@ -106,19 +106,27 @@ def counting_compressor(spec: str, counter: PayloadCounter):
 
 
 _mpi_counter: PayloadCounter | None = None
+_mpi_dense: tuple | None = None   # (gradcomp 'none' compressor, N): optimizer steps < N are sent uncompressed
 
 
-def count_mpi_allreduce(counter: PayloadCounter) -> None:
-    """Routes the stats that gradcomp's compressed_allreduce returns (one dict per call) into `counter`."""
-    global _mpi_counter
+def count_mpi_allreduce(counter: PayloadCounter, dense: tuple | None = None) -> None:
+    """Routes the stats that gradcomp's compressed_allreduce returns (one dict per call) into `counter`. With
+    `dense` = (a gradcomp.Compressor('none'), N), the calls of optimizer steps 0..N-1 (the step DistributedOptimizer
+    passes) use that dense codec instead of the run's: the benchmark's dense warm-up (see GradcompOptimizer)."""
+    global _mpi_counter, _mpi_dense
     import gradcomp.torch as gct
     _mpi_counter = counter
+    _mpi_dense = dense
     native = gct._C
     if getattr(native, "_accuracy_bench_counting", False):
         return
     original = native.compressed_allreduce
 
     def counted(comm, compressor, tensor, *args, **kwargs):
+        if _mpi_dense is not None:
+            step = args[2] if len(args) > 2 else kwargs["step"]   # (name, op, step), as backends.py calls it
+            if step < _mpi_dense[1]:
+                compressor = _mpi_dense[0]._impl
         stats = original(comm, compressor, tensor, *args, **kwargs)
         if _mpi_counter is not None:
             if "payload_bytes" in stats:
@@ -138,15 +146,22 @@ def count_mpi_allreduce(counter: PayloadCounter) -> None:
 
 
 class GradcompOptimizer(Wrapped):
-    """Horovod-style: gradcomp.torch.DistributedOptimizer compresses and averages every gradient during backward."""
+    """Horovod-style: gradcomp.torch.DistributedOptimizer compresses and averages every gradient during backward.
+    dense_steps > 0 (backend 'mpi' only) sends the first dense_steps optimizer steps uncompressed through gradcomp's
+    'none' codec, then `spec` from step dense_steps on with fresh codec state: a warm-up of the optimizer's moments
+    on exact gradients, as 1-bit Adam's warm-up stage (Tang et al. 2021). The warm-up's payload counts in the ratio."""
 
-    def __init__(self, spec, model, optimizer):
+    def __init__(self, spec, model, optimizer, dense_steps: int = 0):
+        import gradcomp
         import gradcomp.torch as gct
         self.counter = PayloadCounter()
         gct.broadcast_parameters(model.state_dict(), root_rank=0)
         gct.broadcast_optimizer_state(optimizer, root_rank=0)
+        if dense_steps > 0 and gct.backend() != "mpi":
+            raise NotImplementedError("a dense warm-up (dense_steps) is implemented on gradcomp.torch backend 'mpi' "
+                                      f"only, not '{gct.backend()}'")
         if gct.backend() == "mpi":
-            count_mpi_allreduce(self.counter)
+            count_mpi_allreduce(self.counter, (gradcomp.Compressor("none"), dense_steps) if dense_steps > 0 else None)
         elif gct.backend() != "torch":
             raise NotImplementedError(f"gradcomp.torch backend '{gct.backend()}' does not report payload bytes; "
                                       "run with GRADCOMP_BACKEND=mpi (the default here) or torch")
@@ -182,14 +197,17 @@ def gradcomp_available() -> bool:
         return False
 
 
-def wrap(comm: str, spec: str, model, optimizer) -> Wrapped:
-    """The adapter for one run: `model` and `optimizer` are fresh and identical on every rank."""
+def wrap(comm: str, spec: str, model, optimizer, dense_steps: int = 0) -> Wrapped:
+    """The adapter for one run: `model` and `optimizer` are fresh and identical on every rank. dense_steps > 0: the
+    first dense_steps steps go uncompressed (--comm gradcomp on backend 'mpi' only; see GradcompOptimizer)."""
+    if dense_steps > 0 and comm != "gradcomp":
+        raise NotImplementedError(f"a dense warm-up (dense_steps) needs --comm gradcomp, not '{comm}'")
     if comm == "torch":
         if spec.split(":")[0] != "none":
             raise ValueError(f"--comm torch is the plain-PyTorch reference and only runs 'none', not '{spec}'")
         return TorchDense(model, optimizer)
     if comm == "gradcomp":
-        return GradcompOptimizer(spec, model, optimizer)
+        return GradcompOptimizer(spec, model, optimizer, dense_steps)
     if comm == "ddp-hook":
         return GradcompDdpHook(spec, model, optimizer)
     raise ValueError(f"unknown comm '{comm}' (choose from {', '.join(COMMS)})")
