@@ -13,25 +13,27 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # error feedback). dgc's momentum correction is off under AdamW and its sparsity warm-up is the paper's (lm_worker).
 DEFAULT_COMPRESSORS = ("none,fp16,bf16,qsgd:bits=4,onebit,topk:ratio=0.01,dgc:ratio=0.001,powersgd:rank=4")
 
-# quick: the whole eight-row sweep in a few minutes on 2 cores (4 ranks), far from converged. full: sized so one
-# seed's sweep takes about 25 minutes on an idle 2-core machine with dense below 2.0 validation bits per byte
+# 4 ranks x 4 windows of 128 bytes = 2,048 bytes per step; about 0.37 s of CPU per step on 2 cores (4 ranks,
+# measured). quick: the eight-row sweep in about 3 minutes of training on 2 idle cores, far from converged. full: 200
+# steps, about 12 minutes for the nine rows of docs/accuracy.md on 2 idle cores; the session that measured it shared
+# the machine (load 5-10) and could afford no more. Dense ends near 3 bits per byte there, not below the issue's 2.0
 # (docs/accuracy.md, "Second family").
 PRESETS = {
-    "quick": dict(steps=60, batch=4, lr=3e-3, layers=4, width=128, heads=4, context=128, evals=4),
-    "full": dict(steps=300, batch=4, lr=3e-3, layers=4, width=128, heads=4, context=128, evals=10),
+    "quick": dict(steps=60, batch=4, lr=3e-3, layers=4, width=128, heads=4, context=128, evals=3),
+    "full": dict(steps=200, batch=4, lr=3e-3, layers=4, width=128, heads=4, context=128, evals=5),
 }
 
 
 def add_arguments(parser) -> None:
     """Adds the LM-only flags (defaults from the preset; --batch and --lr are run.py's shared flags)."""
     g = parser.add_argument_group("--task lm (byte-level transformer, AdamW)")
-    g.add_argument("--steps", type=int, help="training steps per run (quick 60, --full 300)")
+    g.add_argument("--steps", type=int, help="training steps per run (quick 60, --full 200)")
     g.add_argument("--layers", type=int, help="transformer blocks (4)")
     g.add_argument("--width", type=int, help="model width (128)")
     g.add_argument("--heads", type=int, help="attention heads (4)")
     g.add_argument("--context", type=int, help="context length in bytes (128)")
     g.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay (0.1)")
-    g.add_argument("--evals", type=int, help="validation evaluations per run (quick 4, --full 10)")
+    g.add_argument("--evals", type=int, help="validation evaluations per run (quick 3, --full 5)")
     g.add_argument("--train-bytes", type=int, default=4_000_000, help="cap on training bytes (4,000,000)")
     g.add_argument("--val-bytes", type=int, default=262_144, help="cap on validation bytes (262,144)")
     g.add_argument("--val-windows", type=int, default=256, help="validation windows of --context bytes (256)")
