@@ -145,6 +145,35 @@ def count_mpi_allreduce(counter: PayloadCounter, dense: tuple | None = None) -> 
     native._accuracy_bench_counting = True
 
 
+_torch_counter: PayloadCounter | None = None
+
+
+def count_torch_exchanges(counter: PayloadCounter) -> None:
+    """Routes the AllreduceStats of gradcomp.torch's torch.distributed exchanges (the DDP hook and the 'torch'
+    backend's DistributedOptimizer, both through exchange.allreduce_async) into `counter`. Those paths run the C++
+    codec directly (never CountingCompressor.compress), so without this they counted 0 bytes."""
+    global _torch_counter
+    from gradcomp.torch import exchange
+    _torch_counter = counter
+    if getattr(exchange, "_accuracy_bench_counting", False):
+        return
+    original = exchange.allreduce_async
+
+    def counted(*args, stats=None, **kwargs):
+        filled = {} if stats is None else stats   # filled by the exchange worker before the future completes
+
+        def record(fut):
+            if _torch_counter is not None and "payload_bytes" in filled:
+                _torch_counter.add(filled["payload_bytes"], filled["input_bytes"], filled["wire_bytes"])
+                _torch_counter.source = "AllreduceStats"
+            return fut.value()
+
+        return original(*args, stats=filled, **kwargs).then(record)
+
+    exchange.allreduce_async = counted
+    exchange._accuracy_bench_counting = True
+
+
 class GradcompOptimizer(Wrapped):
     """Horovod-style: gradcomp.torch.DistributedOptimizer compresses and averages every gradient during backward.
     dense_steps > 0 (backend 'mpi' only) sends the first dense_steps optimizer steps uncompressed through gradcomp's
@@ -162,7 +191,9 @@ class GradcompOptimizer(Wrapped):
                                       f"only, not '{gct.backend()}'")
         if gct.backend() == "mpi":
             count_mpi_allreduce(self.counter, (gradcomp.Compressor("none"), dense_steps) if dense_steps > 0 else None)
-        elif gct.backend() != "torch":
+        elif gct.backend() == "torch":
+            count_torch_exchanges(self.counter)
+        else:
             raise NotImplementedError(f"gradcomp.torch backend '{gct.backend()}' does not report payload bytes; "
                                       "run with GRADCOMP_BACKEND=mpi (the default here) or torch")
         opt = gct.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
@@ -180,6 +211,7 @@ class GradcompDdpHook(Wrapped):
         import gradcomp.torch as gct
         from torch.nn.parallel import DistributedDataParallel
         self.counter = PayloadCounter()
+        count_torch_exchanges(self.counter)
         ddp = DistributedDataParallel(model)
         self.state, hook = gct.ddp_comm_hook(counting_compressor(spec, self.counter), model=model)
         ddp.register_comm_hook(self.state, hook)
