@@ -42,12 +42,15 @@ void BlockPool::release(PooledBlock block) {
   }
 }
 
-BlockPool& host_block_pool() {
-  static constexpr BlockAllocator kHost{
+BlockAllocator host_allocator() {
+  return BlockAllocator{
       [](std::size_t bytes, int) { return new std::byte[bytes]; },
       [](std::byte* data, int) { delete[] data; },
   };
-  thread_local BlockPool pool(kHost);
+}
+
+BlockPool& host_block_pool() {
+  thread_local BlockPool pool(host_allocator());
   return pool;
 }
 

@@ -52,7 +52,9 @@ class BlockPool {
   std::vector<PooledBlock> blocks_;
 };
 
-// The calling thread's pool of host blocks (new[] / delete[]).
+// How host blocks are obtained (new[] / delete[]).
+BlockAllocator host_allocator();
+// The calling thread's pool of host blocks.
 BlockPool& host_block_pool();
 
 }  // namespace gradcomp::algorithms

@@ -20,12 +20,15 @@ class Bytes {
  public:
   explicit Bytes(std::size_t capacity) : Bytes(host_block_pool, host_block_pool().acquire(capacity), capacity) {}
   Bytes(BlockPool& (*pool)(), PooledBlock block, std::size_t size) : block_(block), pool_(pool), size_(size) {}
+  // A block of `owner`, a pool that outlives the buffer and is used by one thread (e.g. the runtime's fusion pool).
+  Bytes(BlockPool& owner, std::size_t size) : block_(owner.acquire(size)), owner_(&owner), size_(size) {}
   Bytes(Bytes&& other) noexcept { *this = std::move(other); }
   Bytes& operator=(Bytes&& other) noexcept {
     if (this != &other) {
       reset();
       block_ = other.block_;
       pool_ = other.pool_;
+      owner_ = other.owner_;
       size_ = other.size_;
       other.block_ = PooledBlock{};
     }
@@ -44,11 +47,13 @@ class Bytes {
 
  private:
   void reset() {
+    if (block_.data != nullptr && owner_ != nullptr) owner_->release(block_);
     if (block_.data != nullptr && pool_ != nullptr) pool_().release(block_);
     block_ = PooledBlock{};
   }
   PooledBlock block_;
   BlockPool& (*pool_)() = nullptr;
+  BlockPool* owner_ = nullptr;
   std::size_t size_ = 0;
 };
 

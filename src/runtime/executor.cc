@@ -255,11 +255,12 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
   std::unique_ptr<algorithms::MemorySpace> device_space;
   if (on_device) device_space = algorithms::cuda_space(tensors[0]);
   algorithms::MemorySpace& space = on_device ? *device_space : algorithms::host_space();
-  // The fusion buffer comes from the space's pool (buffer_pool.h): a repeated layout reuses the same block.
+  // The fusion buffer comes from a pool (buffer_pool.h), so a repeated layout reuses the same block: on the host the
+  // executor's own (the algorithms' per-thread pool then keeps its slots for payloads), on a device the space's.
   algorithms::Bytes fusion_buffer(0);
   TensorView buffer = tensors[0];
   if (!single) {
-    fusion_buffer = space.allocate(group.bytes);
+    fusion_buffer = on_device ? space.allocate(group.bytes) : algorithms::Bytes(fusion_pool_, group.bytes);
     buffer = space.view(fusion_buffer.data(), group.numel, group.dtype);
   }
   segments_.clear();

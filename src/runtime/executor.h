@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/algorithms/buffer_pool.h"
 #include "gradcomp/collectives.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/compressor.h"
@@ -88,6 +89,7 @@ class Executor {
   std::map<std::string, Codec> codecs_;  // key: canonical spec
   std::map<std::string, std::uint64_t> steps_;  // per buffer name
   std::vector<TensorSegment> segments_;
+  algorithms::BlockPool fusion_pool_{algorithms::host_allocator()};  // host fusion buffers (used by the cycle thread)
   AutoModel model_;
 };
 

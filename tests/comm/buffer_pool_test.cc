@@ -98,5 +98,18 @@ TEST(BlockPool, HostBytesGoBackToTheThreadsPool) {
   EXPECT_EQ(again.data(), nullptr);  // NOLINT(bugprone-use-after-move): moved-from is empty by contract
 }
 
+TEST(BlockPool, BytesOfAnOwnedPoolGoBackToIt) {
+  BlockPool pool(host_allocator());
+  std::byte* first = nullptr;
+  {
+    Bytes bytes(pool, 2 * kMiB);
+    first = bytes.data();
+  }
+  EXPECT_EQ(pool.cached(), 1u);
+  Bytes again(pool, 2 * kMiB);
+  EXPECT_EQ(again.data(), first);
+  EXPECT_EQ(pool.cached(), 0u);
+}
+
 }  // namespace
 }  // namespace gradcomp::algorithms
