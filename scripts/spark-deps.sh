@@ -13,13 +13,13 @@ GRADCOMP_PYSPARK_REQUIREMENT=${GRADCOMP_PYSPARK_REQUIREMENT:-"pyspark>=3.5,<3.6"
 
 gradcomp_install_spark() {
   if ! java -version >/dev/null 2>&1; then
+    local sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo="sudo"
+    $sudo apt-get update -qq
     local jre=openjdk-17-jre-headless
     # Debian releases without Java 17 packages (13 and later) have their default JRE under this name.
     apt-cache show "$jre" >/dev/null 2>&1 || jre=default-jre-headless
     echo "[deps] installing a Java runtime for PySpark: $jre"
-    local sudo=""
-    [ "$(id -u)" -eq 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
     # The JRE's postinst links man pages that slim images drop; the folder must exist.
     $sudo mkdir -p /usr/share/man/man1
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "$jre" >/dev/null
