@@ -21,7 +21,8 @@ The package's modules, each importing only those above it (no cycles):
 - ``backends``: one tensor's compressed allreduce on the torch, mpi or runtime backend;
 - ``collectives``: ``allreduce``, ``broadcast*``;
 - ``optimizer``: ``DistributedOptimizer``;
-- ``hook``: the DDP communication hook.
+- ``hook``: the DDP communication hook;
+- ``elastic``: ``run``, ``TorchState``, ``ElasticSampler`` (horovod.torch.elastic on torchrun's elastic agent).
 """
 from .. import _gradcomp as _C  # noqa: F401  (read as gradcomp.torch._C by bench/accuracy)
 from .._compressors import Compression, CompressionSpec, InvalidArgument, compressor, make_spec
@@ -44,6 +45,7 @@ from .hook import HookState, bucket_name, bucket_segments, ddp_comm_hook
 from .launch import _rendezvous_port, init, shutdown  # noqa: F401
 from .optimizer import DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm
+from . import elastic  # noqa: E402  (hvd.elastic.run, TorchState, ElasticSampler: issue 18)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "backend",

@@ -33,6 +33,7 @@ from .._gradcomp import Error
 from .backends import _Backend, _exchange_view
 from . import optimizer_sparse
 from .context import Adasum, Average, _check_op, _ctx, _require_init
+from .errors import _internal_errors
 
 _GROUP_WAIT = object()  # a grouped parameter whose gradient is ready, waiting for the rest of its group
 _SPARSE_WAIT = object()  # a sparse gradient, gathered in synchronize() after the dense allreduces completed
@@ -240,9 +241,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p in params:
                 if p.grad is not None and self._handles.get(id(p)) in (None, _GROUP_WAIT):
                     self._handles[id(p)] = self._allreduce_grad(p)
-            for h in self._handles.values():
-                if h is not None and h is not _SPARSE_WAIT:
-                    h.wait()
+            with _internal_errors():  # a failed exchange is Horovod's HorovodInternalError (elastic.run resets)
+                for h in self._handles.values():
+                    if h is not None and h is not _SPARSE_WAIT:
+                        h.wait()
             for p in params:
                 if self._handles.get(id(p)) is _SPARSE_WAIT:
                     optimizer_sparse.allgather_sparse_grad(p, self._op)
