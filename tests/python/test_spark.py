@@ -102,7 +102,7 @@ def _fail_on_rank_2():
     import gradcomp.torch as hvd
     hvd.init(timeout_s=30)
     if hvd.rank() == 2:
-        raise ValueError("rank 2 gives up before its allreduce")
+        raise ValueError(f"rank 2 gives up before its allreduce at t={time.time()!r}")
     hvd.allreduce(torch.ones(4), name="never_completes")  # waits for rank 2 until Spark kills this task
     return hvd.rank()
 
@@ -114,17 +114,19 @@ def _rank_and_size():
 
 
 def test_failing_rank_raises_with_rank_and_remote_traceback(sc):
-    start = time.monotonic()
     with pytest.raises(gradcomp.spark.RankFailed) as info:
         gradcomp.spark.run(_fail_on_rank_2, num_proc=RANKS, env=TASK_ENV, start_timeout=120)
-    elapsed = time.monotonic() - start
     e = info.value
-    assert (e.rank, e.size) == (2, RANKS)
+    # Rank 2's own exception, not its peers' "connection closed" that follows it (they report after a grace period).
+    assert (e.rank, e.size) == (2, RANKS), e.remote_traceback
     assert "rank 2 of 4 failed" in str(e)
     assert "Traceback (most recent call last)" in e.remote_traceback
     assert "in _fail_on_rank_2" in e.remote_traceback
-    assert e.remote_traceback.rstrip().endswith("ValueError: rank 2 gives up before its allreduce")
-    assert elapsed < 25, f"the other ranks were not stopped with the stage ({elapsed:.0f} s, timeout 30 s)"
+    last = e.remote_traceback.rstrip().splitlines()[-1]
+    assert last.startswith("ValueError: rank 2 gives up before its allreduce at t=")
+    # From the raise (same clock: local master): the stage ended with it, not after the peers' 30 s timeout.
+    since_raise = time.time() - float(last.rsplit("t=", 1)[1])
+    assert since_raise < 20, f"the other ranks were not stopped with the stage ({since_raise:.0f} s, timeout 30 s)"
     # The workers the failure left (and the ones reused) run the next job in a clean state.
     assert gradcomp.spark.run(_rank_and_size, num_proc=RANKS, env=TASK_ENV) == [(r, RANKS) for r in range(RANKS)]
 
@@ -134,18 +136,22 @@ def _rank_1_hangs():
     hvd.init(timeout_s=3)
     if hvd.rank() == 1:
         time.sleep(120)  # never reaches the allreduce
-    hvd.allreduce(torch.ones(4), name="rank_1_hangs")
+    began = time.time()
+    try:
+        hvd.allreduce(torch.ones(4), name="rank_1_hangs")
+    except Exception as e:
+        raise RuntimeError(f"allreduce began at t={began!r}") from e
 
 
 def test_hanging_rank_bounded_by_communicator_timeout(sc):
-    start = time.monotonic()
     with pytest.raises(gradcomp.spark.RankFailed) as info:
         gradcomp.spark.run(_rank_1_hangs, num_proc=RANKS, env=TASK_ENV, start_timeout=120)
-    elapsed = time.monotonic() - start
+    tb = info.value.remote_traceback
     assert info.value.rank != 1, "the hanging rank cannot be the one that reports"
-    assert "Timeout" in info.value.remote_traceback or "timed out" in info.value.remote_traceback.lower(), \
-        info.value.remote_traceback
-    assert elapsed < 60, f"a hang of 120 s was not cut by the 3 s communicator timeout ({elapsed:.0f} s)"
+    assert "Timeout" in tb or "timed out" in tb.lower(), tb
+    # From the waiting rank's allreduce: its 3 s timeout, the 10 s grace of a peer failure, the report; not 120 s.
+    since = time.time() - float(tb.rstrip().splitlines()[-1].rsplit("t=", 1)[1])
+    assert since < 45, f"a hang of 120 s was not cut by the 3 s communicator timeout ({since:.0f} s)"
 
 
 def _sleep(seconds):

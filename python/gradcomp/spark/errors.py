@@ -36,3 +36,26 @@ def find_rank_failure(text):
     if m is None:
         return None
     return RankFailed(int(m.group(1)), int(m.group(2)), m.group(3))
+
+
+# Signs of an exception caused by a peer's failure (its sockets closed, or it stopped answering): gradcomp's
+# communication errors and torch.distributed's, by type name or gloo/NCCL message, anywhere in the exception's chain.
+_PEER_ERROR_TYPES = ("CommError", "Timeout", "HorovodInternalError", "DistError", "DistBackendError",
+                     "DistNetworkError", "DistStoreError")
+_PEER_ERROR_TEXT = ("connection closed by peer", "connection reset by peer", "broken pipe", "gloo", "nccl")
+
+
+def is_peer_failure(exc):
+    """Whether `exc` is (or was caused by) a communication failure: what the surviving ranks raise when another rank
+    failed first. Such a rank reports after a grace period (task.py), so the driver sees the first rank's own
+    exception instead of the consequence in its peers."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if any(t.__name__ in _PEER_ERROR_TYPES for t in type(exc).__mro__):
+            return True
+        text = str(exc).lower()
+        if any(s in text for s in _PEER_ERROR_TEXT):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False

@@ -5,9 +5,13 @@ rendezvous and gradcomp.torch.init() read, runs the user's function, and leaves 
 import os
 import socket
 import sys
+import time
 import traceback
 
-from .errors import rank_failure_message
+from .errors import is_peer_failure, rank_failure_message
+
+# Seconds a rank whose fn failed with a communication error waits before reporting it (errors.is_peer_failure).
+PEER_FAILURE_GRACE_S = 10.0
 
 # Launcher variables that gradcomp.torch.init() reads before RANK/WORLD_SIZE: cleared inside the task, so a driver
 # started under mpirun or srun does not hand its own rank to every task.
@@ -78,7 +82,11 @@ def make_task(fn, args, kwargs, user_env, backend, verbose):
         try:
             try:
                 result = fn(*args, **kwargs)
-            except BaseException:
+            except BaseException as e:
+                if is_peer_failure(e):
+                    # Likely a consequence of another rank's failure: let that one reach the driver first (Spark
+                    # reports the first failed task and kills the others, this one included, meanwhile).
+                    time.sleep(PEER_FAILURE_GRACE_S)
                 raise RuntimeError(rank_failure_message(rank, len(hosts), traceback.format_exc())) from None
             ctx.barrier()  # every rank is done with its collectives before any tears its process group down
             _release_process_group()
