@@ -17,6 +17,7 @@ examples:
   bench/accuracy/run.py --full --out results-full/
   bench/accuracy/run.py --compressors none,qsgd:bits=4,topk:ratio=0.01 --ranks 2 --epochs 2
   bench/accuracy/run.py --link 1gbit                      # under bench/net/shaped.sh, adds time-to-accuracy
+  bench/accuracy/run.py --launcher spark --compressors none,topk:ratio=0.01   # ranks as Spark tasks, local[4]
   bench/accuracy/run.py --full --seeds 1-3 --out results-full/   # per seed into seed-N/, then mean and paired Δ
   bench/accuracy/run.py --combine a/seed-1 b/seed-2 --out both/   # combine sweeps already run (seed aside, alike)
 """
@@ -188,6 +189,9 @@ def launch(args, comm: str, specs: list[str], index_base: int, run_dir: str, env
         worker.append("--cosine")
     if args.task == "lm":
         worker = lm_task.worker_command(python, json.dumps(specs), comm, index_base, run_dir, args)
+    if args.launcher == "spark":  # the ranks as Spark tasks on local[ranks] (spark_launch.py)
+        import spark_launch
+        return spark_launch.launch(args, worker[1:], progress, failures)
     env = dict(env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     if comm == "gradcomp":
         cmd = ["mpirun"] + MPI_FLAGS + ["-np", str(args.ranks)]
@@ -363,6 +367,10 @@ def main() -> int:
     p.add_argument("--out", default="results", help="output folder (default results/)")
     p.add_argument("--comm", default="auto", choices=("auto", "gradcomp", "ddp-hook", "torch"),
                    help="gradient path (default auto: gradcomp over MPI under mpirun, else the DDP hook on gloo)")
+    p.add_argument("--launcher", default="mpirun", choices=("mpirun", "spark"),
+                   help="how the ranks start (default mpirun: mpirun for --comm gradcomp, else one process per rank); "
+                   "spark: as the tasks of a Spark barrier stage on local[ranks] (gradcomp.spark.run; --comm "
+                   "gradcomp then runs on gradcomp's torch backend over gloo; needs scripts/spark-deps.sh)")
     p.add_argument("--model", choices=("mlp", "cnn"), help="demo mlp, --full cnn")
     p.add_argument("--train-subset", type=int, help="training images used (0 = all 60,000; demo 16,000)")
     p.add_argument("--batch", type=int, help="per-rank batch size (demo 8, --full 32)")
