@@ -89,11 +89,12 @@ def main():
     p.add_argument("--kill-epoch", type=int, default=2)
     p.add_argument("--join-epoch", type=int, default=4)
     p.add_argument("--spec", default="topk:ratio=0.01")
+    p.add_argument("--seed", type=int, default=1, help="model initialisation, subset and sample order")
     p.add_argument("--timeout", type=float, default=4 * 3600)
     p.add_argument("--skip-baseline", action="store_true")
     args = p.parse_args()
     worker = ["--epochs", str(args.epochs), "--train-subset", str(args.train_subset), "--commit-every",
-              str(args.commit_every), "--spec", args.spec]
+              str(args.commit_every), "--spec", args.spec, "--seed", str(args.seed)]
     summary = {"config": vars(args)}
     for name, faults in (("faults", True), ("baseline", False)):
         if name == "baseline" and args.skip_baseline:

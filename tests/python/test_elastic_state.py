@@ -231,7 +231,8 @@ def _disk_worker(rank, url, directory):
     assert opt3._compressor._state_bytes() == train.at2[1]
 
     # Another codec, another model: InvalidArgument naming the parameter, on every rank.
-    with pytest.raises(gradcomp.InvalidArgument, match=r"parameter '0\.(bias|weight)'.*'topk:.*ratio=0.1.*'qsgd:bits=4"):
+    spec_error = r"parameter '0\.(bias|weight)'.*'topk:.*ratio=0.1.*'qsgd:bits=4"
+    with pytest.raises(gradcomp.InvalidArgument, match=spec_error):
         _resume(directory, spec="qsgd:bits=4")
     with pytest.raises(gradcomp.InvalidArgument, match=r"parameter '0\.weight'"):
         _resume(directory, width=48)
