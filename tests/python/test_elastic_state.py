@@ -241,3 +241,54 @@ def _disk_worker(rank, url, directory):
 
 def test_disk_commits_resume_corrupt_and_mismatch_2_ranks(tmp_path):
     mp.spawn(_disk_worker, args=(helpers.rendezvous(), str(tmp_path)), nprocs=WORLD, join=True)
+
+
+def _hook_worker(rank, url, directory):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    helpers.init_gloo(rank, WORLD, url)
+    hvd.init()
+
+    def make():
+        model = helpers.make_model(0)
+        ddp = DDP(model)
+        hook_state, hook = hvd.ddp_comm_hook("topk:ratio=0.1", model=model)
+        ddp.register_comm_hook(hook_state, hook)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05)
+        state = hvd.elastic.TorchState(model, opt, hook=hook_state, step=0)
+        state.set_commit_dir(directory)
+        return model, ddp, hook_state, opt, state
+
+    model, ddp, hook_state, opt, state = make()
+
+    @hvd.elastic.run
+    def train(s):
+        for _ in range(3):
+            opt.zero_grad()
+            helpers.loss_of(ddp, helpers.make_batch(s.step, rank)).backward()
+            opt.step()
+            s.step += 1
+            s.commit()
+
+    train(state)
+    saved = (_params(model), hook_state.compressor._state_bytes(), hook_state.step)
+    assert len(saved[1]) > 100 and saved[2] == 3
+    # restore(): the hook's residuals and step go back to the commit with the model.
+    opt.zero_grad()
+    helpers.loss_of(ddp, helpers.make_batch(9, rank)).backward()
+    assert hook_state.compressor._state_bytes() != saved[1]
+    state.restore()
+    assert hook_state.compressor._state_bytes() == saved[1] and hook_state.step == 3
+    # A restarted process: this rank's own hook residual and the step counter come back from disk.
+    model2, ddp2, hook2, opt2, state2 = make()
+
+    @hvd.elastic.run
+    def enter(s):
+        return s.step
+
+    assert enter(state2) == 3
+    assert _same(saved[0], _params(model2)) and hook2.compressor._state_bytes() == saved[1] and hook2.step == 3
+    hvd.shutdown()
+
+
+def test_ddp_hook_state_commit_and_resume_2_ranks(tmp_path):
+    mp.spawn(_hook_worker, args=(helpers.rendezvous(), str(tmp_path)), nprocs=WORLD, join=True)

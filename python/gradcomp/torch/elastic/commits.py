@@ -2,11 +2,10 @@
 
 Each rank writes its own file per commit (store.CommitStore: atomic, keep-last-N): the handlers' saved states (model,
 wrapped optimizer, schedulers, samplers), the plain values, this rank's compressor state of each DistributedOptimizer
-(the "gradcomp" envelope: residuals, momenta, step counters) with the gradient norm at the commit, and the rank's
+and DDP HookState (their envelopes: residuals, momenta, step counters) with the gradient norm at the commit, and the rank's
 identity (the host and torchrun agent that ran it), by which a restarted process finds its own residual again
 (membership.resume)."""
 import getpass
-import math
 import os
 import socket
 import tempfile
@@ -30,15 +29,6 @@ def identity():
         return explicit
     pid = os.getppid() if under_torchrun() else os.getpid()
     return f"{socket.gethostname()}:{pid}"
-
-
-def _grad_norm(optimizer):
-    total = 0.0
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if p.grad is not None and not p.grad.is_sparse:
-                total += float(p.grad.detach().double().pow(2).sum())
-    return math.sqrt(total)
 
 
 class DiskCommits:
@@ -72,7 +62,7 @@ class DiskCommits:
             envelope = handler.codec_envelope() if hasattr(handler, "codec_envelope") else None
             if envelope is not None:
                 codecs[name] = envelope
-                stats[name] = {"grad_norm": _grad_norm(handler.value)}
+                stats[name] = {"grad_norm": handler.grad_norm()}
         payload = {"identity": identity(), "handlers": handlers, "objects": dict(state._saved_state),
                    "codecs": codecs, "stats": stats}
         self.store.write(self.seq, _ctx.rank, _ctx.size, payload)

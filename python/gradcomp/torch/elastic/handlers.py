@@ -1,14 +1,17 @@
-"""How TorchState keeps each kind of value it tracks: a model, an optimizer, an LR scheduler, an ElasticSampler.
+"""How TorchState keeps each kind of value it tracks: a model, an optimizer, an LR scheduler, an ElasticSampler, the
+DDP hook's HookState.
 Each handler saves the value in memory (commit), restores the saved copy (after a failure), synchronizes it from rank 0
 (after a reset) and gives / takes the part written to disk (`committed()`, `load_committed()`, used on rank 0 when a
 restarted process resumes from disk). The optimizer's compressor state (residuals) is per rank: it stays out of the
 broadcast and is moved by gradcomp.torch.elastic.membership."""
 import copy
+import math
 
 import torch
 
 from ..._compressors import InvalidArgument
 from ..context import _ctx
+from ..hook import HookState
 from ..objects import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from .sampler import ElasticSampler
 
@@ -109,20 +112,10 @@ class OptimizerStateHandler(StateHandler):
         _clear_pending(opt)
         broadcast_optimizer_state(opt, root_rank=0)
         if hasattr(opt, "_compressor"):
-            specs = allgather_object(opt._compressor.spec, name="elastic.spec")
-            if len(set(specs)) != 1:
-                bad = next(r for r, s in enumerate(specs) if s != specs[0])
-                raise InvalidArgument(f"elastic sync: rank {bad} compresses with '{specs[bad]}', rank 0 with "
-                                      f"'{specs[0]}' (every rank must use the same spec)")
-            # The step counter keys random-k indices, QSGD/TernGrad draws and DGC warm-up: rank 0's on every rank.
-            opt._step_count_gc = int(broadcast_object(int(opt._step_count_gc), 0, name="elastic.step"))
+            opt._step_count_gc = agree_on_codec(opt._compressor.spec, opt._step_count_gc)
 
     def committed(self):
         return {k: v for k, v in self._saved.items() if k != "gradcomp"}
-
-    def codec_envelope(self):
-        """This rank's committed compressor state (gradcomp._state envelope) or None (not a DistributedOptimizer)."""
-        return self._saved.get("gradcomp")
 
     def load_committed(self, saved, name):
         opt = self.value
@@ -133,6 +126,84 @@ class OptimizerStateHandler(StateHandler):
             raise InvalidArgument(f"elastic restore of '{name}': the committed optimizer state does not fit this "
                                   f"optimizer ({e})") from None
         self.save()
+
+    # -- the compressor state's owner (membership.py): kind, compressor, parameters, step --------------------------
+    codec_kind = "optimizer"
+
+    def codec_envelope(self):
+        """This rank's committed compressor state (gradcomp._state envelope) or None (not a DistributedOptimizer)."""
+        return self._saved.get("gradcomp")
+
+    def codec_compressor(self):
+        return getattr(self.value, "_compressor", None)
+
+    def codec_params(self):
+        """{parameter name: numel} of the parameters the compressor state may hold."""
+        opt = self.value
+        return {opt._names[id(p)]: p.numel() for g in opt.param_groups for p in g["params"]}
+
+    def set_codec_step(self, step):
+        self.value._step_count_gc = int(step)
+
+    def grad_norm(self):
+        total = 0.0
+        for group in self.value.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and not p.grad.is_sparse:
+                    total += float(p.grad.detach().double().pow(2).sum())
+        return math.sqrt(total)
+
+
+def agree_on_codec(spec, step):
+    """Collective: InvalidArgument on every rank unless all compress with `spec`; returns rank 0's `step` (the step
+    counter keys random-k indices, QSGD/TernGrad draws and DGC's warm-up, so it must be the same on every rank)."""
+    specs = allgather_object(spec, name="elastic.spec")
+    if len(set(specs)) != 1:
+        bad = next(r for r, s in enumerate(specs) if s != specs[0])
+        raise InvalidArgument(f"elastic sync: rank {bad} compresses with '{specs[bad]}', rank 0 with '{specs[0]}' "
+                              "(every rank must use the same spec)")
+    return int(broadcast_object(int(step), 0, name="elastic.step"))
+
+
+class HookStateHandler(StateHandler):
+    """The DDP communication hook's HookState: its compressor state (residuals) per rank, its step counter agreed in
+    sync(). DDP itself (the model) is tracked by the model's handler; its process group comes from the process."""
+
+    codec_kind = "ddp_hook"
+
+    def __init__(self, hook_state):
+        super().__init__(hook_state)
+        self.save()
+
+    def save(self):
+        self._saved = self.value.state_dict()  # a new envelope (bytes copied)
+
+    def restore(self):
+        self.value.load_state_dict(self._saved)
+
+    def sync(self):
+        self.value.step = agree_on_codec(self.value.compressor.spec, self.value.step)
+
+    def committed(self):
+        return {}
+
+    def load_committed(self, saved, name):
+        pass  # everything of the hook is per rank (membership.load_codecs) or agreed in sync()
+
+    def codec_envelope(self):
+        return self._saved
+
+    def codec_compressor(self):
+        return self.value.compressor
+
+    def codec_params(self):
+        return None  # the hook knows parameter names only once DDP has built its buckets
+
+    def set_codec_step(self, step):
+        self.value.step = int(step)
+
+    def grad_norm(self):
+        return 0.0  # the hook does not keep gradients
 
 
 class LRSchedulerStateHandler(StateHandler):
@@ -186,6 +257,7 @@ class SamplerStateHandler(StateHandler):
 
 
 _handler_registry = [
+    (HookState, HookStateHandler),
     (torch.nn.Module, ModelStateHandler),
     (torch.optim.Optimizer, OptimizerStateHandler),
     (torch.optim.lr_scheduler._LRScheduler, LRSchedulerStateHandler),

@@ -73,16 +73,18 @@ def assign(old_identities, new_identities, old_world):
     return result
 
 
-def _check_codec(name, optimizer, envelope):
-    """InvalidArgument naming the parameter when the committed compressor state cannot go into `optimizer`."""
+def _check_codec(name, handler, envelope):
+    """InvalidArgument naming the parameter when the committed compressor state cannot go into `handler`'s owner
+    (a DistributedOptimizer or a HookState)."""
     records = read_records(envelope.get("state", b""), f"committed compressor state of '{name}'")
-    spec = optimizer._compressor.spec
+    spec = handler.codec_compressor().spec
     if envelope.get("spec") != spec:
         first = records[0].name if records else "(none)"
         raise InvalidArgument(f"elastic restore of '{name}': the residual of parameter '{first}' was committed by "
-                              f"compressor '{envelope.get('spec')}', this optimizer compresses with '{spec}'")
-    numels = {optimizer._names[id(p)]: p.numel() for g in optimizer.param_groups for p in g["params"]}
-    for rec in records:
+                              f"compressor '{envelope.get('spec')}', this {handler.codec_kind} compresses with "
+                              f"'{spec}'")
+    numels = handler.codec_params()
+    for rec in records if numels is not None else ():
         if rec.name not in numels:
             raise InvalidArgument(f"elastic restore of '{name}': the commit holds a residual of parameter "
                                   f"'{rec.name}', which this model does not have")
@@ -92,22 +94,26 @@ def _check_codec(name, optimizer, envelope):
     return records
 
 
+def _codec_handler(state, name):
+    handler = state._handlers.get(name)
+    if handler is None or getattr(handler, "codec_compressor", lambda: None)() is None:
+        raise InvalidArgument(f"elastic restore: the commit has the compressor state of '{name}', which this "
+                              "TorchState does not have as a DistributedOptimizer or HookState")
+    return handler
+
+
 def load_codecs(state, payload):
-    """Loads the committed compressor state of every DistributedOptimizer of `state` from `payload` (one old
-    rank's commit) into this rank, after checking all of them."""
+    """Loads the committed compressor state of every DistributedOptimizer and HookState of `state` from `payload`
+    (one old rank's commit) into this rank, after checking all of them."""
     loads = []
     for name, envelope in payload["codecs"].items():
-        handler = state._handlers.get(name)
-        opt = getattr(handler, "value", None)
-        if opt is None or not hasattr(opt, "_compressor"):
-            raise InvalidArgument(f"elastic restore: the commit has the compressor state of optimizer '{name}', "
-                                  "which this TorchState does not have as a DistributedOptimizer")
-        _check_codec(name, opt, envelope)
-        data, _ = _state.open_state(envelope, "optimizer", opt._compressor.spec,
+        handler = _codec_handler(state, name)
+        _check_codec(name, handler, envelope)
+        data, _ = _state.open_state(envelope, handler.codec_kind, handler.codec_compressor().spec,
                                     where=f"elastic restore of '{name}'")
-        loads.append((opt, data))
-    for opt, data in loads:
-        opt._compressor._load_state_bytes(data)
+        loads.append((handler.codec_compressor(), data))
+    for comp, data in loads:
+        comp._load_state_bytes(data)
 
 
 def _load_rank0(state, payload):
@@ -119,9 +125,8 @@ def _load_rank0(state, payload):
     if missing:
         raise InvalidArgument(f"elastic restore: '{missing[0]}' of this TorchState is not in the commit")
     for name, envelope in payload["codecs"].items():
-        opt = getattr(state._handlers.get(name), "value", None)
-        if opt is not None and hasattr(opt, "_compressor") and envelope.get("step") is not None:
-            opt._step_count_gc = int(envelope["step"])  # sync() gives rank 0's counter to every rank
+        if envelope.get("step") is not None:
+            _codec_handler(state, name).set_codec_step(envelope["step"])  # sync() gives it to every rank
     state._saved_state = dict(payload["objects"])
     state._set_attrs()
 
