@@ -151,8 +151,9 @@ class Progress:
         tag = f"[{self.count + 1}/{self.total}] {ev.get('spec', '')}"
         if kind == "start":
             codec = ev.get("codec_spec", ev.get("spec"))
-            self.line(f"{tag}: {ev['params']:,} parameters, {ev['steps']} steps of {ev['global_batch']} images, "
-                      f"SGD momentum {ev['momentum']:g}, via {ev['comm']}"
+            self.line(f"{tag}: {ev['params']:,} parameters, {ev['steps']} steps of {ev['global_batch']} "
+                      f"{ev.get('unit', 'images')}, {ev.get('optimizer') or 'SGD momentum %g' % ev['momentum']}, "
+                      f"via {ev['comm']}"
                       + (f" (codec spec {codec})" if codec != ev.get("spec") else ""))
         elif kind == "progress":
             sent = (f"sent {report.human_bytes(ev['wire_bytes'])}" if ev.get("wire_bytes") is not None
