@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
+import textwrap
 
 import report
 from report import codec, human_bytes, write_json  # noqa: F401  (write_json is part of this module's interface)
@@ -64,11 +65,13 @@ def write_png(rows: list[dict], path: str, title: str) -> None:
     from matplotlib.ticker import FuncFormatter
 
     ok = [r for r in rows if r.get("status") == "ok"]
-    cmap = plt.get_cmap("tab10")
+    palette = 10 if len(ok) <= 10 else 20
+    cmap = plt.get_cmap(f"tab{palette}")
+    title = textwrap.fill(title, 140)
     dense = report.dense_of(rows)
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 5.2))
     for i, r in enumerate(ok):
-        color = cmap(i % 10)
+        color = cmap(i % palette)
         ax.scatter([r["compression_ratio"]], [r["val_bpb"]], color=color, s=40, zorder=3)
         if "bpb_range" in r:
             ax.vlines(r["compression_ratio"], *r["bpb_range"], color=color, linewidth=1.5, zorder=2)
@@ -106,7 +109,7 @@ def write_png(rows: list[dict], path: str, title: str) -> None:
         evals = r.get("evals") or []
         if evals:
             cx.plot([e["step"] for e in evals], [e["bpb"] for e in evals], marker="o", markersize=3,
-                    color=cmap(i % 10), label=r["spec"], linewidth=1.2)
+                    color=cmap(i % palette), label=r["spec"], linewidth=1.2)
     cx.set_xlabel("step")
     cx.set_ylabel("validation bits per byte")
     cx.set_title("validation-loss curves")
