@@ -13,11 +13,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # error feedback). dgc's momentum correction is off under AdamW and its sparsity warm-up is the paper's (lm_worker).
 DEFAULT_COMPRESSORS = ("none,fp16,bf16,qsgd:bits=4,onebit,topk:ratio=0.01,dgc:ratio=0.001,powersgd:rank=4")
 
-# 4 ranks x 4 windows of 128 bytes = 2,048 bytes per step; about 0.37 s of CPU per step on 2 cores (4 ranks,
-# measured). quick: the eight-row sweep in about 3 minutes of training on 2 idle cores, far from converged. full: 200
-# steps, about 12 minutes for the nine rows of docs/accuracy.md on 2 idle cores; the session that measured it shared
-# the machine (load 14-28) and could afford no more. Dense ends near 3.4 bits per byte there, not below the 2.0
-# (docs/accuracy.md, "Second family").
+# 4 ranks x 4 windows of 128 bytes = 2,048 bytes per step; 22-30 s per 100 steps on 2 idle cores (4 ranks).
+# quick: the eight-row sweep took 164 s in all on the idle machine, far from converged. full: 200 steps, about 9
+# minutes for the nine rows of docs/accuracy.md on 2 idle cores; the session that measured it shared the machine
+# (load 9-32, 63 minutes per seed) and could afford no more. Dense ends near 3.4 bits per byte there, not below the
+# issue's 2.0 (docs/accuracy.md, "Second family").
 PRESETS = {
     "quick": dict(steps=60, batch=4, lr=3e-3, layers=4, width=128, heads=4, context=128, evals=3),
     "full": dict(steps=200, batch=4, lr=3e-3, layers=4, width=128, heads=4, context=128, evals=5),

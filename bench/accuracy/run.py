@@ -355,7 +355,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", choices=("fashion-mnist", "lm"), default="fashion-mnist",
                    help="fashion-mnist (default: MLP/CNN with SGD) or lm (byte-level transformer with AdamW on the "
-                   "Python standard library's sources; quick by default, --full ~25 min per seed on 2 idle cores)")
+                   "Python standard library's sources; quick by default, --full ~9 min per seed on 2 idle cores)")
     p.add_argument("--compressors",
                    help=f"gradcomp specs separated by commas (default: the nine of the sweep: {DEFAULT_COMPRESSORS}; "
                    f"--task lm: {lm_task.DEFAULT_COMPRESSORS})")
