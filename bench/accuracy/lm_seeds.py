@@ -3,7 +3,6 @@ compressor with the mean validation bits per byte and the mean of the paired dif
 run, in percent of dense's validation loss, ± its standard error."""
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -96,17 +95,7 @@ def table(rows: list[dict]) -> str:
 
 
 def write_csv(rows: list[dict], path: str) -> None:
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            out = {}
-            for k in CSV_FIELDS:
-                v = r.get(k)
-                if isinstance(v, list):
-                    v = " ".join(f"{x:.4f}" if isinstance(x, float) else str(x) for x in v)
-                out[k] = "" if v is None else v
-            w.writerow(out)
+    seeds.write_csv(rows, path, CSV_FIELDS)
 
 
 def write_combined(paths: list[str], out: str) -> int:

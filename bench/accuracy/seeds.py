@@ -128,13 +128,15 @@ def table(rows: list[dict]) -> str:
     return report.aligned(head, lines)
 
 
-def write_csv(rows: list[dict], path: str) -> None:
+def write_csv(rows: list[dict], path: str, fields: list[str] | None = None) -> None:
+    """The combined rows as CSV (`fields`, default this sweep's CSV_FIELDS; lists joined by spaces)."""
+    fields = fields or CSV_FIELDS
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()
         for r in rows:
             out = {}
-            for k in CSV_FIELDS:
+            for k in fields:
                 v = r.get(k)
                 if isinstance(v, list):
                     v = " ".join(f"{x:.4f}" if isinstance(x, float) else str(x) for x in v)
