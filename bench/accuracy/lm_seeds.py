@@ -20,31 +20,11 @@ CSV_FIELDS = ("spec", "status", "seeds", "n_seeds", "compression_ratio", "payloa
               "val_bpbs", "time_per_100_steps_s", "model", "steps", "lr", "ranks", "error")
 
 
-def check_settings(sweeps: list[dict]) -> None:
-    """Raises ValueError naming the setting and both files when two sweeps were not run alike (seed aside)."""
-    first = sweeps[0]
-    for other in sweeps[1:]:
-        for key in SAME_SETTINGS:
-            a, b = first["meta"].get(key), other["meta"].get(key)
-            if a != b:
-                raise ValueError(f"cannot combine: '{key}' is {a!r} in {first['path']} but {b!r} in {other['path']}; "
-                                 "only the seed and the compressor list may differ")
-
-
 def combine(sweeps: list[dict]) -> list[dict]:
     """One row per spec, dense first, the others in first-seen order; a spec run twice for one seed keeps the later
     run. delta_pct per seed = 100 * (bpb - dense bpb) / dense bpb of that seed. Failed runs are not averaged."""
-    check_settings(sweeps)
-    by_spec: dict[str, dict[int, dict]] = {}
-    errors: dict[str, list[str]] = {}
-    for sweep in sweeps:
-        seed = sweep["meta"]["seed"]
-        for run in sweep["runs"]:
-            by_spec.setdefault(run["spec"], {})
-            if run.get("status") == "ok":
-                by_spec[run["spec"]][seed] = run
-            else:
-                errors.setdefault(run["spec"], []).append(f"seed {seed}: {run.get('error', 'failed')}")
+    seeds.check_settings(sweeps, SAME_SETTINGS)
+    by_spec, errors = seeds.runs_by_spec(sweeps)
     dense = next((runs for spec, runs in by_spec.items() if report.codec(spec) == "none" and runs), {})
     rows = []
     for spec in sorted(by_spec, key=lambda s: report.codec(s) != "none"):

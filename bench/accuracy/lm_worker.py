@@ -15,7 +15,6 @@ import math
 import os
 import sys
 import time
-import traceback
 
 import torch
 import torch.distributed as dist
@@ -24,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import adapters  # noqa: E402
 import lm_data  # noqa: E402
 import lm_model  # noqa: E402
-from worker import allreduce, codec_spec, emit, env_rank  # noqa: E402
+from worker import allreduce, codec_spec, emit, env_rank, run_specs  # noqa: E402
 
 LN2 = math.log(2.0)
 
@@ -172,23 +171,7 @@ def main() -> int:
     val_bytes, _ = lm_data.load("val", args.val_bytes, args.corpus_dir)
     val = lm_data.windows(val_bytes, lm_data.val_starts(len(val_bytes), args.context, args.val_windows), args.context)
 
-    failures = 0
-    for i, spec in enumerate(json.loads(args.specs)):
-        try:
-            result = train_one(spec, args, rank, world, train, val)
-        except Exception as e:  # recorded, and the next spec still runs (gradcomp raises on every rank)
-            failures += 1
-            emit(rank, "failed", spec=spec, error=f"{type(e).__name__}: {e}")
-            if rank == 0:
-                traceback.print_exc()
-            continue
-        if rank == 0:
-            path = os.path.join(args.out, f"{args.index_base + i:02d}.json")
-            with open(path + ".tmp", "w") as f:
-                json.dump(result, f)
-            os.replace(path + ".tmp", path)
-            emit(rank, "result", index=args.index_base + i, path=path,
-                 **{k: v for k, v in result.items() if k not in ("loss_curve", "evals")})
+    run_specs(json.loads(args.specs), lambda spec: train_one(spec, args, rank, world, train, val), args, rank)
     dist.barrier()
     dist.destroy_process_group()
     return 0

@@ -35,11 +35,12 @@ def load(path: str) -> dict:
     return sweep
 
 
-def check_settings(sweeps: list[dict]) -> None:
-    """Raises ValueError naming the setting and both files when two sweeps were not run alike (seed aside)."""
+def check_settings(sweeps: list[dict], settings: tuple = SAME_SETTINGS) -> None:
+    """Raises ValueError naming the setting and both files when two sweeps were not run alike (seed aside):
+    `settings`, the meta keys that must agree (default this task's)."""
     first = sweeps[0]
     for other in sweeps[1:]:
-        for key in SAME_SETTINGS:
+        for key in settings:
             a, b = first["meta"].get(key), other["meta"].get(key)
             if a != b:
                 raise ValueError(f"cannot combine: '{key}' is {a!r} in {first['path']} but {b!r} in {other['path']}; "
@@ -57,22 +58,29 @@ def _sd(xs: list[float]) -> float | None:
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
 
 
+def runs_by_spec(sweeps: list[dict]) -> tuple[dict[str, dict[int, dict]], dict[str, list[str]]]:
+    """({spec: {seed: successful run}}, {spec: ["seed N: error", ...]}), specs in first-seen order; a spec run twice
+    for the same seed keeps the later sweep's run."""
+    by_spec: dict[str, dict[int, dict]] = {}
+    errors: dict[str, list[str]] = {}
+    for sweep in sweeps:
+        seed = sweep["meta"]["seed"]
+        for run in sweep["runs"]:
+            by_spec.setdefault(run["spec"], {})
+            if run.get("status") == "ok":
+                by_spec[run["spec"]][seed] = run
+            else:
+                errors.setdefault(run["spec"], []).append(f"seed {seed}: {run.get('error', 'failed')}")
+    return by_spec, errors
+
+
 def combine(sweeps: list[dict]) -> list[dict]:
     """One row per spec: the dense run ('none') first, the others in first-seen order, so partial sweeps of one seed
     (say, `none,randomk` and then the other seven) combine into the usual table. A spec run twice for the same seed
     keeps the later sweep's run.
     Failed runs are not averaged; a spec with no successful run is a failed row carrying the errors."""
     check_settings(sweeps)
-    by_spec: dict[str, dict[int, dict]] = {}
-    errors: dict[str, list[str]] = {}
-    for sweep in sweeps:
-        seed = sweep["meta"]["seed"]
-        for run in sweep["runs"]:
-            if run.get("status") == "ok":
-                by_spec.setdefault(run["spec"], {})[seed] = run
-            else:
-                by_spec.setdefault(run["spec"], {})
-                errors.setdefault(run["spec"], []).append(f"seed {seed}: {run.get('error', 'failed')}")
+    by_spec, errors = runs_by_spec(sweeps)
     dense = next((runs for spec, runs in by_spec.items() if report.codec(spec) == "none" and runs), {})
     rows = []
     order = sorted(by_spec, key=lambda spec: report.codec(spec) != "none")  # stable: first-seen order otherwise

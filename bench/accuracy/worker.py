@@ -188,6 +188,30 @@ def train_one(spec: str, args, rank: int, world: int, train, test) -> dict:
     }
 
 
+def run_specs(specs: list[str], train, args, rank: int) -> int:
+    """Trains each spec in turn (train(spec) -> result dict); rank 0 writes each result atomically to
+    <args.out>/<index>.json and emits it. A failing spec is emitted as failed and the next still runs (gradcomp raises
+    on every rank). Returns the number of failures. Used by both tasks' workers."""
+    failures = 0
+    for i, spec in enumerate(specs):
+        try:
+            result = train(spec)
+        except Exception as e:  # recorded, and the next spec still runs (gradcomp raises on every rank)
+            failures += 1
+            emit(rank, "failed", spec=spec, error=f"{type(e).__name__}: {e}")
+            if rank == 0:
+                traceback.print_exc()
+            continue
+        if rank == 0:
+            path = os.path.join(args.out, f"{args.index_base + i:02d}.json")
+            with open(path + ".tmp", "w") as f:
+                json.dump(result, f)
+            os.replace(path + ".tmp", path)
+            emit(rank, "result", index=args.index_base + i, path=path,
+                 **{k: v for k, v in result.items() if k not in ("loss_curve", "evals")})
+    return failures
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--specs", required=True, help="JSON list of compressor specs, trained in this order")
@@ -222,24 +246,7 @@ def main() -> int:
     train = (torch.from_numpy(xtr), torch.from_numpy(ytr), subset)
     test = (torch.from_numpy(xte), torch.from_numpy(yte))
 
-    specs = json.loads(args.specs)
-    failures = 0
-    for i, spec in enumerate(specs):
-        try:
-            result = train_one(spec, args, rank, world, train, test)
-        except Exception as e:  # recorded, and the next spec still runs (gradcomp raises on every rank)
-            failures += 1
-            emit(rank, "failed", spec=spec, error=f"{type(e).__name__}: {e}")
-            if rank == 0:
-                traceback.print_exc()
-            continue
-        if rank == 0:
-            path = os.path.join(args.out, f"{args.index_base + i:02d}.json")
-            with open(path + ".tmp", "w") as f:
-                json.dump(result, f)
-            os.replace(path + ".tmp", path)
-            emit(rank, "result", index=args.index_base + i, path=path, **{k: v for k, v in result.items()
-                                                        if k not in ("loss_curve", "evals")})
+    run_specs(json.loads(args.specs), lambda spec: train_one(spec, args, rank, world, train, test), args, rank)
     dist.barrier()
     dist.destroy_process_group()
     return 0
