@@ -98,11 +98,7 @@ def write_png(rows: list[dict], path: str, title: str) -> None:
     bx.grid(True, alpha=0.3)
     if ok:
         bx.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path + ".tmp.png", dpi=110)
-    plt.close(fig)
-    os.replace(path + ".tmp.png", path)
+    report.save_figure(fig, path, title)
 
     fig, cx = plt.subplots(figsize=(8, 5.2))
     for i, r in enumerate(ok):
@@ -116,10 +112,5 @@ def write_png(rows: list[dict], path: str, title: str) -> None:
     cx.grid(True, alpha=0.3)
     if ok:
         cx.legend(fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    out = curves_path(path)
-    fig.savefig(out + ".tmp.png", dpi=110)
-    plt.close(fig)
-    os.replace(out + ".tmp.png", out)
+    report.save_figure(fig, curves_path(path), title, title_size=9)
 

@@ -107,6 +107,16 @@ def write_json(rows: list[dict], meta: dict, path: str) -> None:
 OFF_SCALE_PP = 10.0
 
 
+def save_figure(fig, path: str, title: str, title_size: int = 10) -> None:
+    """Titles, lays out and writes `fig` to `path` atomically (a .tmp.png renamed), then closes it."""
+    import matplotlib.pyplot as plt
+    fig.suptitle(title, fontsize=title_size)
+    fig.tight_layout()
+    fig.savefig(path + ".tmp.png", dpi=110)
+    plt.close(fig)
+    os.replace(path + ".tmp.png", path)
+
+
 def write_png(rows: list[dict], path: str, title: str) -> None:
     """Left: test accuracy vs compression ratio (log x), one labelled point per compressor (with a vertical bar for a
     row that has 'acc_range', the seeds' spread), the dense accuracy as a dashed line. Right: the training-loss
@@ -168,8 +178,4 @@ def write_png(rows: list[dict], path: str, title: str) -> None:
     bx.grid(True, alpha=0.3)
     if ok:
         bx.legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path + ".tmp.png", dpi=110)
-    plt.close(fig)
-    os.replace(path + ".tmp.png", path)
+    save_figure(fig, path, title)
