@@ -17,23 +17,24 @@ from .sampler import ElasticSampler
 
 
 class StateHandler:
-    """Base: `value` is the tracked object; set_value() replaces it and saves it."""
+    """Base: `value` is the tracked object; set_value() replaces it and saves it. The defaults keep a deep copy of
+    value.state_dict() (save), load it back (restore) and commit it to disk as it is (committed)."""
 
     def __init__(self, value):
         self.value = value
 
     def save(self):
-        raise NotImplementedError
+        self._saved = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
-        raise NotImplementedError
+        self.value.load_state_dict(self._saved)
 
     def sync(self):
         raise NotImplementedError
 
     def committed(self):
         """What of the last save() goes to disk (a torch.save-able object)."""
-        raise NotImplementedError
+        return self._saved
 
     def load_committed(self, saved, name):
         """Loads committed() of another process (rank 0 of a restarted job); `name` is the state attribute."""
@@ -66,17 +67,8 @@ class ModelStateHandler(StateHandler):
         super().__init__(model)
         self.save()
 
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        self.value.load_state_dict(self._saved)
-
     def sync(self):
         broadcast_parameters(self.value.state_dict(), root_rank=0)
-
-    def committed(self):
-        return self._saved
 
     def load_committed(self, saved, name):
         check_model_state(saved, self.value.state_dict(), name)
@@ -99,9 +91,6 @@ class OptimizerStateHandler(StateHandler):
     def __init__(self, optimizer):
         super().__init__(optimizer)
         self.save()
-
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
         _clear_pending(self.value)
@@ -178,9 +167,6 @@ class HookStateHandler(StateHandler):
     def save(self):
         self._saved = self.value.state_dict()  # a new envelope (bytes copied)
 
-    def restore(self):
-        self.value.load_state_dict(self._saved)
-
     def sync(self):
         self.value.step = agree_on_codec(self.value.compressor.spec, self.value.step)
 
@@ -211,17 +197,8 @@ class LRSchedulerStateHandler(StateHandler):
         super().__init__(scheduler)
         self.save()
 
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        self.value.load_state_dict(self._saved)
-
     def sync(self):
         self.value.load_state_dict(broadcast_object(self.value.state_dict(), 0, name="elastic.scheduler"))
-
-    def committed(self):
-        return self._saved
 
     def load_committed(self, saved, name):
         self.value.load_state_dict(saved)
@@ -242,14 +219,8 @@ class SamplerStateHandler(StateHandler):
                                                                        name="elastic.sampler"))
         self._saved = state
 
-    def restore(self):
-        self.value.load_state_dict(self._saved)
-
     def sync(self):
         self.value.load_state_dict(broadcast_object(self.value.state_dict(), 0, name="elastic.sampler"))
-
-    def committed(self):
-        return self._saved
 
     def load_committed(self, saved, name):
         self.value.load_state_dict(saved)
