@@ -72,14 +72,19 @@ class Job:
 
     def kill(self):
         """SIGKILL to every agent still running and to its workers."""
-        for p in self.agents:
-            if p.poll() is None:
-                for pid in [p.pid] + _children(p.pid):
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                p.wait()
+        for i in range(len(self.agents)):
+            self.kill_agent(i)
+
+    def kill_agent(self, i):
+        """SIGKILL to agent i and its workers (the node is lost), if it still runs."""
+        p = self.agents[i]
+        if p.poll() is None:
+            for pid in [p.pid] + _children(p.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            p.wait()
 
     def logs(self):
         text = []

@@ -12,6 +12,7 @@ import time
 from elastic_launch import Job
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_train.py")
+HOROVOD_EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hvd_mnist_elastic.py")
 TIMEOUT = 150
 
 
@@ -146,3 +147,38 @@ def test_full_job_killed_and_resumed(tmp_path):
     finals, logs = _check_finished(job, out2, codes, 2, steps)
     assert "resumed commit" in logs and "residual kept by rank 1" in logs, logs
     assert finals[0]["digest"] == reference[0]["digest"], (finals, reference, logs)
+
+
+def test_horovod_elastic_example_loses_a_node(tmp_path):
+    """Horovod's elastic MNIST example, only its import changed, fp16 compression, 3 nodes: the third node (agent and
+    worker) is SIGKILLed from outside in epoch 1; the two survivors resume from the last commit, their reset callback
+    rescales the learning rate to 2 ranks, and they finish both epochs with identical parameters and a test accuracy
+    well above chance."""
+    out = str(tmp_path)
+    job = Job(out, HOROVOD_EXAMPLE, ["--fp16-allreduce", "--out", out, "--epochs", "2", "--train-samples", "3072"],
+              env={"GRADCOMP_ELASTIC_DIR": os.path.join(out, "commits")})
+    for _ in range(3):
+        job.start_agent()
+    deadline = time.time() + TIMEOUT / 2
+    seen = None
+    while time.time() < deadline:
+        try:
+            with open(os.path.join(out, "progress.json")) as f:
+                seen = json.load(f)
+            if seen["size"] == 3 and seen["epoch"] == 1 and seen["batch"] >= 5:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
+    assert seen and seen["size"] == 3, (seen, job.logs())
+    job.kill_agent(2)
+    codes = job.wait(TIMEOUT)
+    logs = job.logs()
+    assert codes[:2] == [0, 0], (codes, logs)
+    finals = _finals(out)
+    assert sorted(finals) == [0, 1], logs
+    for d in finals.values():
+        assert d["size"] == 2 and d["spread"] == 0.0 and d["accuracy"] > 0.5, (d, logs)
+        assert abs(d["lr"] - 0.05 * 2) < 1e-12, (d, logs)  # on_state_reset ran for the new size
+    assert finals[0]["digest"] == finals[1]["digest"], (finals, logs)
+    assert "resumed commit" in logs and "Test set: Average loss" in logs, logs
