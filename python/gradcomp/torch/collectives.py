@@ -7,10 +7,11 @@ Collectives run when called: an async call returns a handle whose result is read
 table and synchronize() are Horovod's. allreduce is an autograd Function (the gradient of an allreduce is the same
 allreduce of the gradient, as in Horovod).
 
-join(): while a rank is joined, every allreduce on the global process set is preceded by a small control allgather
-(what is reduced: dtype, numel, op; or "joined"), so joined ranks serve the others' allreduces with zeros (an
-Average still divides by the world size, as in Horovod) until every rank has joined. join() returns the rank that
-joined last (of several joining in the same round, the highest)."""
+join(): every allreduce on the global process set and every DistributedOptimizer step is preceded by a small control
+allgather (join_protocol.py: what is reduced, or which optimizer steps, or "joined"), so joined ranks serve the
+others' allreduces and optimizer steps with zeros (an Average still divides by the world size, as in Horovod) until
+every rank has joined. join() returns the rank that joined last (of several joining in the same round, the
+highest)."""
 import itertools
 
 import torch
@@ -20,6 +21,7 @@ from .backends import _Backend, _exchange_view
 from .context import Adasum, Average, Max, Min, Product, Sum, _ctx, _require_init
 from .errors import _internal_errors
 from .process_sets import _ranks_of, _resolve, global_process_set
+from . import join_protocol as _join
 from . import process_sets as _ps
 
 _OPS = (Average, Sum, Min, Max, Product, Adasum)
@@ -73,21 +75,10 @@ def synchronize(handle):
     return _handles.pop(handle)
 
 
-# ---- join protocol ----
-_joined = [False]
-
-
-def _control(desc):
-    """One control round of the global set: every rank's descriptor (int64[4]: kind, dtype index, numel, op index)."""
-    return _ps.allgather_fixed(torch.tensor(desc, dtype=torch.int64), global_process_set)
-
-
+# ---- join ----
 def _announce(t, op):
     if _ctx.size > 1:
-        rows = _control([1, _DTYPES.index(t.dtype), t.numel(), _OPS.index(op)])
-        active = rows[rows[:, 0] == 1]
-        if not bool((active == active[0]).all()):
-            raise InvalidArgument(f"allreduce: ranks disagree on (dtype, numel, op): {active[:, 1:].tolist()}")
+        _join.check_agreement(_join.control([_join.ALLREDUCE, _DTYPES.index(t.dtype), t.numel(), _OPS.index(op), 0]))
 
 
 def join(device=-1):
@@ -98,13 +89,16 @@ def join(device=-1):
         return 0
     before = set()
     while True:
-        rows = _control([0, 0, 0, 0])
-        joined = {r for r in range(_ctx.size) if int(rows[r, 0]) == 0}
+        rows = _join.control([_join.JOINED, 0, 0, 0, 0])
+        joined = {r for r in range(_ctx.size) if int(rows[r, 0]) == _join.JOINED}
         if len(joined) == _ctx.size:
             new = joined - before
             return max(new) if new else _ctx.size - 1
         before = joined
-        desc = rows[rows[:, 0] == 1][0]
+        desc = _join.check_agreement(rows)[0]
+        if int(desc[0]) == _join.STEP:
+            _join.replay_step(desc)
+            continue
         zeros = torch.zeros(int(desc[2]), dtype=_DTYPES[int(desc[1])])
         _reduce(zeros, _OPS[int(desc[3])], 1.0, 1.0, global_process_set)
 

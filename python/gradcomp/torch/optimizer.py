@@ -20,7 +20,11 @@ Horovod's options (horovod.torch 0.28.1 semantics):
   Adasum and SyncBatchNorm take the global set only;
 - ``compression=``: a gradcomp spec (``Compression.topk(0.01)``, ``"qsgd:bits=4"``), ``Compression.none`` /
   ``Compression.fp16`` (Horovod compressor objects that keep the C++ codecs), or any Horovod-style compressor class
-  or object (``compress(tensor) -> (tensor, ctx)``, ``decompress(tensor, ctx)``), used as is.
+  or object (``compress(tensor) -> (tensor, ctx)``, ``decompress(tensor, ctx)``), used as is;
+- ``hvd.join()`` (uneven data): each step's exchange (global set, not Adasum) is preceded by a control allgather
+  (join_protocol.py); while some rank is joined, the step's gradients are exchanged in parameter order from
+  synchronize() (no overlap with backward; a parameter without a gradient sends zeros, as Horovod's synchronize
+  does; sparse gradients densified), and each joined rank takes part with zero gradients (_join_replay).
 """
 import contextlib
 import os
@@ -31,12 +35,14 @@ from .. import _optimizer_state
 from .._compressors import Compression, InvalidArgument, compressor
 from .._gradcomp import Error
 from .backends import _Backend, _exchange_view
+from . import join_protocol as _join
 from . import optimizer_sparse
 from .context import Adasum, Average, _check_op, _ctx, _require_init
 from .errors import _internal_errors
 
 _GROUP_WAIT = object()  # a grouped parameter whose gradient is ready, waiting for the rest of its group
 _SPARSE_WAIT = object()  # a sparse gradient, gathered in synchronize() after the dense allreduces completed
+_DEFERRED = object()  # a gradient of a step during which some rank is joined: launched in synchronize(), in order
 
 
 class _Finish:
@@ -120,6 +126,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._hook_handles = []
         self._grad_accs = []
+        self._step_mode = None  # this step's exchange: None (not begun), "overlap", or "ordered" (a rank is joined)
+        self._join_key = None
+        if self._process_set is None and op != Adasum and _ctx.size > 1:
+            self._join_key = _join.optimizer_key([self._names[id(p)] for p in self._params_in_order()])
+            _join.register(self)
         if self._set_size > 1 or os.environ.get("GRADCOMP_FORCE_HOOKS"):
             self._register_hooks()
 
@@ -191,6 +202,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._passes[id(p)] = passes
         if passes < self._backward_passes_per_step:
             return
+        if self._begin_exchange() == "ordered":
+            self._handles[id(p)] = _DEFERRED
+            return
         group = self._p_to_group.get(id(p))
         if group is None:
             self._handles[id(p)] = self._allreduce_grad(p)
@@ -200,14 +214,39 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for q in group:  # Horovod's grouped allreduce: the group's tensors launched together, in its order
                 self._handles[id(q)] = self._allreduce_grad(q)
 
-    def _allreduce_grad(self, p):
+    def _begin_exchange(self):
+        """Once per step, before its first gradient exchange: the join protocol's control round (when this optimizer
+        takes part in it); returns the step's mode."""
+        if self._step_mode is None:
+            joined = self._join_key is not None and _join.announce_step(
+                self._join_key, len(self._params_in_order()), self._step_count_gc)
+            self._step_mode = "ordered" if joined else "overlap"
+        return self._step_mode
+
+    def _join_replay(self, step):
+        """On a joined rank: the exchange of the others' step `step` with zero gradients (every parameter, in
+        parameter order, as they send it in "ordered" mode); this rank's parameters and gradients are untouched."""
+        self._step_count_gc = step
+        handles = []
+        for p in self._params_in_order():
+            zeros = torch.zeros(p.shape, dtype=p.dtype, device=p.device)
+            handles.append(self._reduce_dense(zeros, self._names[id(p)]))
+        with _internal_errors():
+            for h in handles:
+                h.wait()
+        self._step_count_gc = step + 1  # the others' count after their step (seeds keyed by step stay agreed)
+
+    def _params_in_order(self):
+        return [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+
+    def _allreduce_grad(self, p, densify=False):
         self._passes[id(p)] = 0
         grad = p.grad
         if self._backward_passes_per_step > 1:
             grad.div_(self._backward_passes_per_step)
         name = self._names[id(p)]
         if grad.is_sparse:
-            if not self._sparse_as_dense:
+            if not self._sparse_as_dense and not densify:
                 if self._process_set is not None:
                     raise InvalidArgument(f"DistributedOptimizer: parameter '{name}' has a sparse gradient, gathered "
                                           f"over the world only: with process_set={self._process_set} pass "
@@ -237,7 +276,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits for every gradient's allreduce (launching those whose hooks did not fire)."""
         if self._set_size > 1:
-            params = [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+            params = self._params_in_order()
+            if self._begin_exchange() == "ordered":  # some rank is joined: every parameter, in order
+                for p in params:
+                    if p.grad is None:
+                        p.grad = torch.zeros_like(p)
+                    self._handles[id(p)] = self._allreduce_grad(p, densify=True)
             for p in params:
                 if p.grad is not None and self._handles.get(id(p)) in (None, _GROUP_WAIT):
                     self._handles[id(p)] = self._allreduce_grad(p)
@@ -249,6 +293,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 if self._handles.get(id(p)) is _SPARSE_WAIT:
                     optimizer_sparse.allgather_sparse_grad(p, self._op)
         self._handles.clear()
+        self._step_mode = None
         self._synchronized = True
 
     @contextlib.contextmanager

@@ -1,0 +1,73 @@
+"""The control round behind hvd.join(): before each global-set allreduce of gradcomp.torch's functions and before
+each DistributedOptimizer step's gradient exchange, every rank says in one 40-byte allgather what it is about to do,
+so that ranks that have joined (no more data) can take part with zeros until every rank has joined.
+
+A row is int64[5]: (kind, a, b, c, d)
+    JOINED     (0, 0, 0, 0, 0)                               this rank is in join()
+    ALLREDUCE  (1, dtype index, numel, op index, 0)          an allreduce of gradcomp.torch's functions
+    STEP       (2, optimizer key, parameter count, 0, step)  a DistributedOptimizer's step; the key is a CRC-32 of
+                                                             its parameter names in order (the same on every rank)
+Ranks that are not joined must agree on (kind, a, b, c) (InvalidArgument on every rank otherwise); d is the step
+counter, which a joined rank takes over."""
+import weakref
+import zlib
+
+import torch
+
+from .._compressors import InvalidArgument
+from .process_sets import global_process_set
+from . import process_sets as _ps
+
+JOINED, ALLREDUCE, STEP = 0, 1, 2
+_KINDS = {JOINED: "join()", ALLREDUCE: "an allreduce", STEP: "a DistributedOptimizer step"}
+
+_participants = []  # weak references to the global-set DistributedOptimizers, in creation order
+
+
+def control(row):
+    """One control round of the global set: every rank's row, (size, 4) int64 in rank order."""
+    return _ps.allgather_fixed(torch.tensor(row, dtype=torch.int64), global_process_set)
+
+
+def check_agreement(rows):
+    """The rows of the ranks that are not joined must be equal; returns those rows (InvalidArgument otherwise, on
+    every rank: each sees the same rows)."""
+    active = rows[rows[:, 0] != JOINED]
+    if len(active) and not bool((active[:, :4] == active[0, :4]).all()):
+        said = "; ".join(f"rank {r}: {_KINDS.get(int(row[0]), '?')} {row[1:4].tolist()}"
+                         for r, row in enumerate(rows) if int(row[0]) != JOINED)
+        raise InvalidArgument(f"join protocol: ranks disagree on the next collective ({said})")
+    return active
+
+
+def optimizer_key(names):
+    """The STEP rows' name of an optimizer: CRC-32 of its parameter names, in order."""
+    return zlib.crc32("\n".join(names).encode())
+
+
+def register(optimizer):
+    """Makes a global-set DistributedOptimizer (with `_join_key` and `_join_replay(step)`) replayable by join()."""
+    _participants[:] = [ref for ref in _participants if ref() is not None]
+    _participants.append(weakref.ref(optimizer))
+
+
+def announce_step(key, count, step):
+    """Before the exchange of step `step` of the optimizer `key` with `count` parameters: True when some rank is
+    joined (the step's exchange must then take the order a joined rank can replay: every parameter, in order)."""
+    rows = control([STEP, key, count, 0, step])
+    check_agreement(rows)
+    return bool((rows[:, 0] == JOINED).any())
+
+
+def replay_step(row):
+    """On a joined rank: take part in the step of `row` with zero gradients (the newest live optimizer of that
+    key replays it)."""
+    key, step = int(row[1]), int(row[4])
+    for ref in reversed(_participants):
+        optimizer = ref()
+        if optimizer is not None and optimizer._join_key == key:
+            optimizer._join_replay(step)
+            return
+    raise InvalidArgument(f"join(): the other ranks step a DistributedOptimizer (parameter-name key {key}) that this "
+                          "rank does not have: create the same optimizers, with the same named parameters, on every "
+                          "rank")
