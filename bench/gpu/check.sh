@@ -12,7 +12,8 @@
 #      CUDA PyTorch is importable torch.topk as the peer of gradcomp's top-k, bench/comm/device_path_bench (the
 #      fused Runtime on 25M CUDA floats over NCCL: GB/s of gradient per step for none, fp16, qsgd 4-bit, top-k 1%,
 #      DGC 0.1%, #wrong against the host path) and, with a CUDA PyTorch and nanobind, one DistributedOptimizer step
-#      on CUDA parameters (bench/gpu/optimizer_step.py),
+#      on CUDA parameters (bench/gpu/optimizer_step.py) and the Python collectives on CUDA tensors
+#      (tests/python/test_cuda_collectives.py),
 #   6. prints a short table last.
 # Full logs go to $OUT when set, else ./gpu-results. Designed to finish within 8 minutes on an H200, build included.
 #
@@ -198,14 +199,24 @@ if [ $BENCH -eq 1 ]; then
   # A DistributedOptimizer step on CUDA parameters, when this machine has a CUDA PyTorch and nanobind to build the
   # Python module with (the device machine reaches no package index).
   OPTIMIZER_LINE="optimizer_step: no CUDA PyTorch with nanobind here (not measured)"
+  COLLECTIVES_LINE="python collectives on CUDA tensors: no CUDA PyTorch with nanobind here (not run)"
   if command -v python3 >/dev/null 2>&1 && python3 -c "import torch, nanobind, sys; sys.exit(0 if torch.cuda.is_available() else 1)" \
        >/dev/null 2>&1; then
     if cmake -S "$ROOT" -B "$BUILD_DIR" -DGRADCOMP_WITH_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)" \
          >> "$RESULTS/configure.log" 2>&1 && cmake --build "$BUILD_DIR" -j "$JOBS" --target _gradcomp \
          > "$RESULTS/build-python.log" 2>&1; then
       OPTIMIZER_LINE=$(PYTHONPATH="$BUILD_DIR/python" timeout 120 python3 "$ROOT/bench/gpu/optimizer_step.py" 2>&1 | tail -1)
+      # The Python collectives on CUDA tensors (tests/python/test_cuda_collectives.py, called without pytest).
+      if PYTHONPATH="$BUILD_DIR/python:$ROOT/tests/python" timeout 120 python3 -c \
+           "import test_cuda_collectives as t; t.test_python_collectives_on_cuda_tensors()" \
+           > "$RESULTS/cuda-collectives.log" 2>&1; then
+        COLLECTIVES_LINE="python collectives on CUDA tensors: passed"
+      else
+        COLLECTIVES_LINE="python collectives on CUDA tensors: FAILED (see cuda-collectives.log)"
+      fi
     else
       OPTIMIZER_LINE="optimizer_step: the Python module did not build (see build-python.log)"
+      COLLECTIVES_LINE="python collectives on CUDA tensors: the Python module did not build (not run)"
     fi
   fi
 fi
@@ -242,6 +253,7 @@ fi
     grep -E "^(device|cuda) " "$DEVICE_PATH_TXT"
   fi
   [ -n "${OPTIMIZER_LINE:-}" ] && echo "$OPTIMIZER_LINE"
+  [ -n "${COLLECTIVES_LINE:-}" ] && echo "$COLLECTIVES_LINE"
   [ $NCCL_FLAG = OFF ] && echo "nccl: not built (no nccl.h): the NCCL one-rank test did not run"
 } | tee -a "$LOG"
 [ $TEST_RC -ne 0 ] && exit $TEST_RC

@@ -135,8 +135,9 @@ def _reduce(t, op, prescale, postscale, ps):
 def _allreduce_impl(tensor, op, prescale, postscale, process_set, name=None):
     ps = _resolve(process_set)
     t = tensor.detach().contiguous()
-    if t.device.type != "cpu":
-        raise InvalidArgument(f"allreduce('{name}'): the Python collectives take CPU tensors, got {t.device}")
+    home, dev = t.device, _ps.transport_device()
+    if home != dev:  # staged: the host for MPI and gloo, the CUDA device for NCCL
+        return _allreduce_impl(t.to(dev), op, prescale, postscale, process_set, name).to(home)
     if op == Adasum:
         try:
             from .adasum import adasum_allreduce_

@@ -1,5 +1,5 @@
 """Horovod's allgather, broadcast, alltoall, reducescatter and sparse allreduce over gradcomp's communicators (any
-dtype, CPU tensors, process sets), with their async and grouped variants and the gradients Horovod defines:
+dtype, any device, process sets), with their async and grouped variants and the gradients Horovod defines:
 allgather -> the averaged gradient's own rows; broadcast -> the averaged gradient on the root, zeros elsewhere;
 alltoall -> the alltoall of the gradient with the received splits; reducescatter -> allgather of the gradient
 (times the set size for Sum, and the scale factors). reducescatter moves each rank's row blocks with one alltoall and
@@ -179,8 +179,9 @@ def _reducescatter_impl(tensor, op, process_set, prescale, postscale):
     t = tensor.detach().contiguous()
     if t.dim() == 0:
         raise InvalidArgument("reducescatter: the tensor needs at least one dimension")
-    if t.device.type != "cpu":
-        raise InvalidArgument(f"reducescatter: the Python collectives take CPU tensors, got {t.device}")
+    home, dev = t.device, _ps.transport_device()
+    if home != dev:  # staged: the host for MPI and gloo, the CUDA device for NCCL
+        return _reducescatter_impl(t.to(dev), op, process_set, prescale, postscale).to(home)
     out = _sum_owned_rows(_scale(t, prescale), ps)
     # Scaled as allreduce scales: an Average divides by the set size; integers take (postscale / size) at once,
     # truncated toward zero, as Horovod's ScaleBuffer.

@@ -14,6 +14,8 @@ same order, as in Horovod). What other modules use (e.g. DistributedOptimizer(pr
 - ``_resolve(ps)``: the set, checked (initialized, this rank a member), global_process_set for None.
 The fusion runtime runs on the world only: a process set's tensors on the runtime backend go through its communicator.
 """
+import functools
+
 import torch
 import torch.distributed as dist
 
@@ -144,7 +146,31 @@ def _resolve(ps):
     return ps
 
 
-# ---- collectives over a resolved set (CPU tensors; torch backend: gloo) ----
+# ---- collectives over a resolved set ----
+# Each takes tensors on any device: they travel on the transport's device (the host for the C++ communicators and
+# gloo, the current CUDA device for an NCCL process group), staged there when they live elsewhere, and the results
+# come back on the input's device.
+
+def transport_device():
+    """Where the Python collectives' transport wants tensors: CUDA for the torch backend on NCCL, else the host."""
+    if _ctx.backend == "torch" and dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _staged(fn):
+    """fn(t, ...) on `t` moved to the transport's device; tensor results (alone or first of a tuple) moved back."""
+    @functools.wraps(fn)
+    def run(t, *args, **kwargs):
+        dev = transport_device()
+        if t.device == dev:
+            return fn(t, *args, **kwargs)
+        out = fn(t.detach().to(dev), *args, **kwargs)
+        if isinstance(out, tuple):
+            return (out[0].to(t.device),) + out[1:]
+        return out.to(t.device)
+    return run
+
 
 _TORCH_OPS = {"sum": dist.ReduceOp.SUM, "min": dist.ReduceOp.MIN, "max": dist.ReduceOp.MAX,
               "product": dist.ReduceOp.PRODUCT}
@@ -163,6 +189,7 @@ def _torch_safe(t):
     return t
 
 
+@_staged
 def allreduce(t, op, ps):
     """op over the set of `t` (sum, min, max, product), any dtype. Floats other than float32 and other ops than a
     float32 sum are reduced locally in rank order from an allgather on the C++ communicators (exact, deterministic)."""
@@ -192,6 +219,7 @@ def allreduce(t, op, ps):
     return acc
 
 
+@_staged
 def allgather_fixed(t, ps):
     """(size, *t.shape): every rank's `t` (same shape on every rank) in set-rank order."""
     t = t.detach().contiguous()
@@ -202,7 +230,7 @@ def allgather_fixed(t, ps):
             out = [torch.empty_like(src) for _ in range(size)]
             dist.all_gather(out, src, group=ps.torch_group())
             return torch.stack(out).to(t.dtype)
-        out = torch.empty((size,) + tuple(t.shape), dtype=t.dtype)
+        out = torch.empty((size,) + tuple(t.shape), dtype=t.dtype, device=t.device)
         if t.numel():
             ps.communicator().allgather(_bytes(t), _bytes(out))
         return out
@@ -218,6 +246,7 @@ def _shape_descriptor(t):
     return d
 
 
+@_staged
 def allgatherv(t, ps, what="allgather"):
     """Concatenation along the first dimension of every rank's `t` (first dimensions may differ; the others must
     agree: InvalidArgument on every rank otherwise). Returns (tensor, first dimensions in set-rank order)."""
@@ -234,12 +263,12 @@ def allgatherv(t, ps, what="allgather"):
     row = 1
     for s in tail:
         row *= s
-    out = torch.empty((sum(dims),) + tail, dtype=t.dtype)
+    out = torch.empty((sum(dims),) + tail, dtype=t.dtype, device=t.device)
     with _internal_errors():
         if _ctx.backend == "torch":
             longest = max(dims)
             src = _torch_safe(t)
-            padded = torch.zeros((longest,) + tail, dtype=src.dtype)
+            padded = torch.zeros((longest,) + tail, dtype=src.dtype, device=src.device)
             padded[:t.shape[0]] = src
             parts = [torch.empty_like(padded) for _ in dims]
             dist.all_gather(parts, padded, group=ps.torch_group())
@@ -252,6 +281,7 @@ def allgatherv(t, ps, what="allgather"):
     return out, dims
 
 
+@_staged
 def alltoallv(t, splits, ps):
     """Rows splits[d] of `t` (in order) to set rank d; returns (received rows in set-rank order, received splits)."""
     t = t.detach().contiguous()
@@ -265,11 +295,11 @@ def alltoallv(t, splits, ps):
     recv = [int(x) for x in matrix[:, me]]
     tail = tuple(t.shape[1:])
     row = t[0].numel() if t.dim() and t.shape[0] else int(torch.tensor(tail).prod()) if tail else 1
-    out = torch.empty((sum(recv),) + tail, dtype=t.dtype)
+    out = torch.empty((sum(recv),) + tail, dtype=t.dtype, device=t.device)
     with _internal_errors():
         if _ctx.backend == "torch":
             src = _torch_safe(t)
-            work = torch.empty(out.shape, dtype=src.dtype)
+            work = torch.empty(out.shape, dtype=src.dtype, device=src.device)
             dist.all_to_all_single(work, src, output_split_sizes=recv, input_split_sizes=splits,
                                    group=ps.torch_group())
             out.copy_(work)
@@ -283,6 +313,12 @@ def alltoallv(t, splits, ps):
 
 def broadcast_(t, root_rank, ps):
     """In place: `t` becomes global rank root_rank's (a member of the set)."""
+    dev = transport_device()
+    if t.device != dev:
+        work = t.detach().to(dev)
+        broadcast_(work, root_rank, ps)
+        t.detach().copy_(work)
+        return t
     ranks = _ranks_of(ps)
     if root_rank not in ranks:
         raise InvalidArgument(f"broadcast: root_rank {root_rank} is not a member of {ps}")

@@ -10,22 +10,17 @@ allreduces are differentiable (backward: the sum over ranks of the incoming grad
 gradients of a BatchNorm over the concatenated batch. Statistics are computed in float32 at least. Evaluation, or
 one rank: torch's batch_norm with the running statistics. ``process_set``: the global set only for now."""
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from .._compressors import InvalidArgument
 from .context import _ctx, _require_init
+from .process_sets import global_process_set
+from . import process_sets as _ps
 
 
 def _allreduce_sum(t):
-    out = t.detach().clone().contiguous()
-    if _ctx.backend in ("mpi", "runtime"):
-        host = out.cpu()
-        _ctx.comm.allreduce(host.view(-1), "sum")
-        return host.to(out.device)
-    dist.all_reduce(out)
-    return out
+    return _ps.allreduce(t, "sum", global_process_set)  # any device: staged to the transport's (process_sets.py)
 
 
 class _AllreduceSum(torch.autograd.Function):
