@@ -13,8 +13,8 @@ def _worker(rank, world, url):
     helpers.watchdog()
     os.environ.update(GRADCOMP_INIT_METHOD=url, RANK=str(rank), WORLD_SIZE=str(world), GRADCOMP_TORCH_PG="gloo",
                       LOCAL_WORLD_SIZE=str(world))
-    hvd.init(backend="torch")
     import test_hvd_collectives_mpi as checks
+    hvd.init(backend="torch", process_sets=[checks.INIT_SET])
     checks.run_all()
     hvd.shutdown()
 

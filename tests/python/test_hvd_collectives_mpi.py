@@ -244,6 +244,27 @@ def check_join_optimizer(rank, size):
         hvd.barrier()
 
 
+# Registered by init(process_sets=[INIT_SET]) (Horovod's argument) in both launchers of these checks (a set of every
+# rank would duplicate the global set, and check_process_sets adds the even ranks).
+_WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or 2)
+INIT_SET = hvd.ProcessSet([1, 2] if _WORLD > 2 else [1])
+
+
+def check_init_process_sets(rank, size):
+    assert INIT_SET.process_set_id is not None, "init(process_sets=[...]) did not register the set"
+    if rank in INIT_SET.ranks:
+        _eq(hvd.allreduce(_x(rank), op=hvd.Sum, process_set=INIT_SET), sum(_x(r) for r in INIT_SET.ranks),
+            "allreduce on init's set")
+    hvd.barrier()
+    assert hvd.remove_process_set(INIT_SET)
+    for bad in (dict(process_sets="all"), dict(comm=[0])):  # checked before init() sees it is initialized
+        try:
+            hvd.init(**bad)
+            raise AssertionError(f"init({bad}) did not raise")
+        except gradcomp.InvalidArgument as e:
+            assert "init(" in str(e), e
+
+
 def check_process_sets(rank, size):
     members = list(range(0, size, 2))
     ps = hvd.add_process_set(members)
@@ -318,15 +339,15 @@ def check_topology(rank, size):
 def run_all():
     rank, size = hvd.rank(), hvd.size()
     torch.set_num_threads(1)
-    for check in (check_allreduce, check_gathers, check_objects, check_join, check_join_optimizer, check_process_sets,
-                  check_topology):
+    for check in (check_allreduce, check_gathers, check_objects, check_join, check_join_optimizer,
+                  check_init_process_sets, check_process_sets, check_topology):
         check(rank, size)
         hvd.barrier()
     return True
 
 
 if __name__ == "__main__":
-    hvd.init()
+    hvd.init(process_sets=[INIT_SET])
     try:
         run_all()
     except BaseException:

@@ -14,6 +14,7 @@ from .._compressors import InvalidArgument
 from .._gradcomp import CommError
 from . import exchange
 from .context import _ctx, _env_int
+from .process_sets import add_process_set
 
 
 def _rendezvous_port():
@@ -28,14 +29,26 @@ def _rendezvous_port():
     return 20000 + int(hashlib.sha1(job.encode()).hexdigest(), 16) % 20000
 
 
-def init(backend=None, timeout_s=60.0):
+def init(backend=None, timeout_s=60.0, process_sets=None, comm=None):
     """Initializes gradcomp's process group from the MPI launcher's environment (mpirun, srun) or torchrun's.
 
     backend: "runtime" (gradcomp's C++ fusion runtime over the MPI communicator), "mpi" (the C++ MPI communicator,
     one compressed_allreduce per gradient), "torch" (torch.distributed: gloo, or NCCL when CUDA is available), or None
     for the default: "runtime" under mpirun when the library has it, else "mpi" when it has the MPI communicator,
     else "torch". The environment variable GRADCOMP_BACKEND overrides the default.
+
+    process_sets (Horovod's): ProcessSet objects (or lists of global ranks) registered right after initialization,
+    in order, as add_process_set() would (every rank passes the same list); "dynamic" is accepted (sets can always
+    be added and removed later). comm (Horovod's): only None or the list of every rank: gradcomp initializes on the
+    launcher's whole world (use process sets for subsets).
     """
+    if comm is not None and (not isinstance(comm, (list, tuple)) or sorted(int(r) for r in comm) != list(
+            range(_env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE", default=len(comm))))):
+        raise InvalidArgument("gradcomp.torch.init(comm=...): gradcomp initializes on the launcher's whole world; "
+                              "pass comm=None and use process_sets=[...] (or add_process_set) for subsets of ranks")
+    if process_sets is not None and process_sets != "dynamic" and not isinstance(process_sets, (list, tuple)):
+        raise InvalidArgument(f"gradcomp.torch.init(process_sets=...): a list of ProcessSet or 'dynamic', got "
+                              f"{type(process_sets).__name__}")
     if _ctx.backend is not None:
         return
     backend = backend or os.environ.get("GRADCOMP_BACKEND") or None
@@ -89,6 +102,9 @@ def init(backend=None, timeout_s=60.0):
                                default=0 if _ctx.size == 1 else _ctx.rank)
     _ctx.local_size = _env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "LOCAL_WORLD_SIZE",
                                default=_ctx.size)
+    if process_sets not in (None, "dynamic"):
+        for ps in process_sets:
+            add_process_set(ps)
 
 
 def _make_device_comm(world):
