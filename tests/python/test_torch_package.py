@@ -25,8 +25,34 @@ PUBLIC |= {
     "barrier", "poll", "synchronize", "allgather_object", "cross_rank", "cross_size", "is_homogeneous", "mpi_built",
     "nccl_built", "gloo_built", "cuda_built", "rocm_built", "ddl_built", "ccl_built", "mpi_enabled", "gloo_enabled",
     "mpi_threads_supported", "start_timeline", "stop_timeline", "ProcessSet", "global_process_set",
-    "add_process_set", "remove_process_set", "HorovodInternalError", "HostsUpdatedInterrupt",
+    "add_process_set", "remove_process_set", "HorovodInternalError", "HostsUpdatedInterrupt", "check_extension",
 }
+# Every public name of horovod.torch 0.28.1 (dir() of the installed package without underscores: 67 names and its
+# submodules; mpi_lib_v2, its C extension, is gradcomp._gradcomp here).
+HOROVOD_TORCH_0_28_1 = {
+    "Adasum", "Average", "Compression", "DistributedOptimizer", "HorovodInternalError", "Max", "Min", "ProcessSet",
+    "Product", "Sum", "SyncBatchNorm", "add_process_set", "allgather", "allgather_async", "allgather_object",
+    "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "alltoall", "alltoall_async", "barrier",
+    "broadcast", "broadcast_", "broadcast_async", "broadcast_async_", "broadcast_object", "broadcast_optimizer_state",
+    "broadcast_parameters", "ccl_built", "check_extension", "cross_rank", "cross_size", "cuda_built", "ddl_built",
+    "global_process_set", "gloo_built", "gloo_enabled", "grouped_allgather", "grouped_allgather_async",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async", "grouped_allreduce_async_",
+    "grouped_reducescatter", "grouped_reducescatter_async", "init", "is_initialized", "join", "local_rank",
+    "local_size", "mpi_built", "mpi_enabled", "mpi_threads_supported", "nccl_built", "poll", "rank", "reducescatter",
+    "reducescatter_async", "remove_process_set", "rocm_built", "shutdown", "size", "sparse_allreduce_async",
+    "start_timeline", "stop_timeline", "synchronize",
+}
+HOROVOD_TORCH_MODULES = {"compression", "elastic", "functions", "mpi_ops", "optimizer", "sync_batch_norm"}
+
+
+def test_every_public_name_of_horovod_torch_exists():
+    missing = sorted(n for n in HOROVOD_TORCH_0_28_1 | HOROVOD_TORCH_MODULES if not hasattr(hvd, n))
+    assert not missing, f"horovod.torch names missing from gradcomp.torch: {missing}"
+    from gradcomp.torch.compression import Compressor, FP16Compressor, NoneCompressor  # noqa: F401
+    from gradcomp.torch.mpi_ops import allreduce_async, poll, synchronize  # noqa: F401
+    from gradcomp.torch.functions import broadcast_parameters  # noqa: F401
+    assert hvd.mpi_ops.allreduce is hvd.allreduce and hvd.compression.Compression is hvd.Compression
+    assert hvd.check_extension("horovod.torch", "HOROVOD_WITH_PYTORCH", __file__, "mpi_lib_v2") is None
 
 
 def test_public_names_are_those_of_the_module_it_replaced():

@@ -36,7 +36,8 @@ from .gathers import (allgather, allgather_async, alltoall, alltoall_async, broa
                       grouped_reducescatter_async, reducescatter, reducescatter_async, sparse_allreduce_async)
 from .objects import allgather_object, broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from .process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
-from .topology import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,
+from .topology import (ccl_built, check_extension, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,
+                       gloo_enabled,
                        is_homogeneous, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rocm_built,
                        start_timeline, stop_timeline)
 from .context import (Adasum, Average, Max, Min, Product, Sum, _check_op, _ctx, backend,  # noqa: F401
@@ -46,6 +47,7 @@ from .launch import _rendezvous_port, init, shutdown  # noqa: F401
 from .optimizer import DistributedOptimizer
 from .sync_batch_norm import SyncBatchNorm
 from . import elastic  # noqa: E402  (hvd.elastic.run, TorchState, ElasticSampler: issue 18)
+from . import compression, functions, mpi_ops  # noqa: E402,F401  (Horovod's submodule names: issue 19)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "backend",
@@ -68,5 +70,5 @@ __all__ += [
     "ddl_built", "ccl_built", "mpi_enabled", "gloo_enabled", "mpi_threads_supported", "start_timeline",
     "stop_timeline",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
-    "HorovodInternalError", "HostsUpdatedInterrupt",
+    "HorovodInternalError", "HostsUpdatedInterrupt", "check_extension",
 ]

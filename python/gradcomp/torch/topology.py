@@ -95,3 +95,11 @@ def stop_timeline():
     _require_init()
     if _ctx.backend == "runtime" and _ctx.runtime is not None:
         _ctx.runtime.stop_timeline()
+
+
+def check_extension(ext_name, ext_env_var, pkg_path, *args):
+    """Horovod's check that a framework extension was built: gradcomp has one extension for every framework it
+    supports (gradcomp._gradcomp, loaded with this module); raises ImportError naming `ext_name` when it is absent."""
+    if _C is None or not hasattr(_C, "Compressor"):
+        raise ImportError(f"Extension {ext_name} has not been built: gradcomp's native module gradcomp._gradcomp is "
+                          f"missing (build with -DGRADCOMP_WITH_PYTHON=ON)")
