@@ -129,6 +129,19 @@ AllreduceStats compressed_allreduce(Communicator& comm, Compressor& compressor, 
   AllreduceStats stats;
   stats.input_bytes = tensor.bytes();
   stats.hierarchical = options.hierarchical;
+  if (options.hierarchy_auto) {
+    GRADCOMP_CHECK(options.nodes != nullptr && options.nodes->links.measured,
+                   "compressed_allreduce('{}'): the auto hierarchy needs NodeGroups whose links were learned "
+                   "(learn_links) on rank {}", name, comm.rank());
+    const NodeGroups& nodes = *options.nodes;
+    const HierarchyChoice choice =
+        choose_hierarchy(nodes.links, {comm.size(), nodes.node_count, nodes.per_node}, compressor.traits(),
+                         tensor.numel(), compressor.max_payload_bytes(tensor.numel()));
+    AllreduceOptions decided = options;
+    decided.hierarchy_auto = false;
+    decided.hierarchical = choice.hierarchical;
+    return compressed_allreduce(comm, compressor, tensor, name, decided);
+  }
   if (options.verify) {
     algorithms::Stopwatch watch(stats.communicate_s);
     algorithms::verify_agreement(comm, compressor, tensor, name, options);

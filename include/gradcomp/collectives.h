@@ -9,6 +9,7 @@
 
 #include "gradcomp/communicator.h"
 #include "gradcomp/compressor.h"
+#include "gradcomp/hierarchy_model.h"
 #include "gradcomp/tensor.h"
 
 namespace gradcomp {
@@ -28,10 +29,17 @@ struct NodeGroups {
   std::unique_ptr<Communicator> node;     // the ranks of this rank's node (never null)
   std::unique_ptr<Communicator> leaders;  // rank 0 of every node; null on the other ranks
   int node_count = 1;
+  int per_node = 1;  // ranks of the largest node (set by learn_links)
+  LinkModel links;   // the two levels' costs, for AllreduceOptions::hierarchy_auto (set by learn_links)
 };
 
 // Collective over `world`: groups its ranks by world.node_color() (GRADCOMP_LOCAL_SIZE=k emulates nodes of k ranks).
 NodeGroups make_node_groups(Communicator& world);
+
+// Collective over `world`: learns `groups.links` by timing a small and a `probe_bytes` allreduce inside each node and
+// then between the leaders (latency and bandwidth of a ring step; the slowest node's and the leaders' figures, the
+// same on every rank). Costs a few probe allreduces (about 4 * probe_bytes moved per level); call once.
+void learn_links(Communicator& world, NodeGroups& groups, std::size_t probe_bytes = std::size_t{4} << 20);
 
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::kAverage;  // kSum or kAverage
@@ -49,6 +57,10 @@ struct AllreduceOptions {
   // this call (a collective split: pass `nodes` when calling repeatedly).
   bool hierarchical = false;
   NodeGroups* nodes = nullptr;
+  // Auto: each call takes flat or hierarchical, whichever choose_hierarchy() predicts faster from `nodes->links`
+  // (needs `nodes` with learned links; overrides `hierarchical`; the same choice on every rank, reported in
+  // AllreduceStats::hierarchical).
+  bool hierarchy_auto = false;
   // Sparse allreduce switches to a dense f32 allreduce when the payloads of all ranks together exceed
   // sparse_switch_density * 8 * numel bytes. 1.0 is the break-even of an allgather against a dense f32 ring
   // allreduce ((n-1)/n * sum of payloads vs 2(n-1)/n * 4 * numel); with 8-byte (index, value) pairs it is a summed

@@ -55,7 +55,8 @@ void check_row(Communicator& comm, const Config& config, const Compressor& codec
                const std::vector<float>& tensor, Row& row) {
   const int n = comm.size();
   row.wrong = -1;
-  if (!config.check || (config.hierarchical && row.spec != "none")) return;  // lossy hierarchical: no closed form
+  // A lossy codec in hierarchical (or auto) mode compresses node sums: no closed form.
+  if (!config.check || ((config.hierarchical || config.hierarchy_auto) && row.spec != "none")) return;
   const auto ref = reference(row.spec, plan.algorithm, plan.plain, tensor.size(), n);
   if (!ref) return;
   double scale = 0;
@@ -90,6 +91,7 @@ Row run_row(Communicator& comm, const Config& config, const std::string& spec, s
   AllreduceOptions options;
   options.algorithm = plan.algorithm;
   options.hierarchical = config.hierarchical;
+  options.hierarchy_auto = config.hierarchy_auto && !plan.plain;
   options.nodes = groups;
   auto prepare = [&] { std::copy(grad.begin(), grad.end(), tensor.begin()); };  // outside the timed region
   auto call = [&](std::uint64_t step) -> AllreduceStats {
@@ -107,7 +109,9 @@ Row run_row(Communicator& comm, const Config& config, const std::string& spec, s
   };
 
   prepare();  // the checked call is also the warm-up
-  row.wire_bytes = call(0).wire_bytes;
+  const AllreduceStats first = call(0);
+  row.wire_bytes = first.wire_bytes;
+  if (options.hierarchy_auto) row.algorithm += first.hierarchical ? "+hier" : "+flat";
   check_row(comm, config, *codec, plan, tensor, row);
   // All ranks identical: compare a hash of the result.
   const std::uint64_t hash = kernels::fnv1a64(reinterpret_cast<const char*>(tensor.data()), numel * sizeof(float));
@@ -135,7 +139,7 @@ Row run_row(Communicator& comm, const Config& config, const std::string& spec, s
 void print_header(const Suite& suite, const Config& config, Communicator& comm, std::string_view algorithm) {
   if (config.json) return;
   fmt::print("# {}: {} ranks ({}), iters {}, algorithm {}{}\n", suite.name, comm.size(), comm.backend(), config.iters,
-             algorithm, config.hierarchical ? ", hierarchical" : "");
+             algorithm, config.hierarchical ? ", hierarchical" : config.hierarchy_auto ? ", hierarchy auto" : "");
   fmt::print("{:>28} {:>13} {:>5} {:>12} {:>11} {:>9} {:>12} {:>8} {:>10} {:>6} {:>8} {:>8} {:>8}\n", "spec",
              "algorithm", "ranks", "bytes", "time_s", "algbw", "wire_bytes", "speedup", "max_err", "#wrong", "compr_s",
              "comm_s", "decomp_s");
@@ -181,8 +185,18 @@ std::vector<std::pair<std::string, std::vector<std::string>>> tables(const Confi
 int run(const Suite& suite, Communicator& comm, const Config& config) {
   const bool root = comm.rank() == 0;
   NodeGroups groups;
-  if (config.hierarchical) groups = make_node_groups(comm);
-  NodeGroups* nodes = config.hierarchical ? &groups : nullptr;
+  if (config.hierarchical || config.hierarchy_auto) groups = make_node_groups(comm);
+  NodeGroups* nodes = config.hierarchical || config.hierarchy_auto ? &groups : nullptr;
+  if (config.hierarchy_auto) {
+    learn_links(comm, groups);
+    const LinkModel& l = groups.links;
+    if (root) {
+      fmt::print("{}{{\"learned_links\": {{\"nodes\": {}, \"per_node\": {}, \"intra_latency_s\": {:.3g}, "
+                 "\"intra_gbytes_per_s\": {:.4g}, \"inter_latency_s\": {:.3g}, \"inter_gbytes_per_s\": {:.4g}}}}}\n",
+                 config.json ? "" : "# ", groups.node_count, groups.per_node, l.intra.latency_s,
+                 l.intra.bytes_per_s / 1e9, l.inter.latency_s, l.inter.bytes_per_s / 1e9);
+    }
+  }
   int bad = 0;
   std::map<std::size_t, Row> dense;  // the baseline of each size, measured once and printed in every table
   bool first_table = true;

@@ -29,6 +29,8 @@ void usage(const Suite& suite) {
       "                       followed by key=value continues the previous spec); default: {}\n"
       "{}"
       "  --hierarchical       hierarchical mode (nodes from shared memory or GRADCOMP_LOCAL_SIZE)\n"
+      "  --hierarchy-auto     learn the intra/inter-node links first, then each row takes flat or hierarchical,\n"
+      "                       whichever the cost model predicts faster (its algorithm column says which)\n"
       "  --rows R             view the tensor as R x numel/R (a divisor of every size; default {}: {})\n"
       "  --iters N            timed calls per row (default 5)\n"
       "  --no-check           skip the reference check (the #wrong column reads -1)\n"
@@ -115,6 +117,8 @@ Config parse_args(const Suite& suite, int argc, char** argv) {
       config.algorithm = parse_algorithm(next());
     } else if (arg == "--hierarchical") {
       config.hierarchical = true;
+    } else if (arg == "--hierarchy-auto") {
+      config.hierarchy_auto = true;
     } else if (arg == "--rows") {
       config.rows = std::stoul(next());
     } else if (arg == "--iters") {

@@ -28,6 +28,7 @@ struct Config {
   bool json = false;
   bool check = true;
   bool hierarchical = false;
+  bool hierarchy_auto = false;  // per row, flat or hierarchical as the learned link model predicts faster
   std::string backend = "mpi";
   int local_ranks = 4;
   double timeout_s = 600;
