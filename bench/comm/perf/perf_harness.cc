@@ -39,14 +39,15 @@ float max_over_ranks(Communicator& comm, float value) {
   return value;
 }
 
-// The algorithm a row of `spec` runs: the plain dense allreduce for the baseline "none" (outside hierarchical mode),
+// The algorithm a row of `spec` runs: the plain dense allreduce for the baseline "none" (outside hierarchical and
+// auto modes),
 // else the requested one or, for kAuto, the codec's own.
 struct RowPlan {
   bool plain = false;
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
 };
 RowPlan plan_row(const Config& config, const std::string& spec) {
-  if (spec == "none" && !config.hierarchical) return {true, AllreduceAlgorithm::kAuto};
+  if (spec == "none" && !config.hierarchical && !config.hierarchy_auto) return {true, AllreduceAlgorithm::kAuto};
   return {false, resolve_algorithm(make_compressor(spec)->traits(), config.algorithm)};
 }
 
