@@ -26,6 +26,9 @@ class _Context:
         self.local_rank = 0
         self.local_size = 1
         self.owns_process_group = False
+        # torch backend: a gloo group of every rank for join()'s control rounds, so that they never interleave with
+        # the exchange worker's collectives on the default group (which run on another thread)
+        self.control_group = None
 
 
 # The one context of the process (reset in place by shutdown(), so every module's reference stays valid).

@@ -96,6 +96,8 @@ def init(backend=None, timeout_s=60.0, process_sets=None, comm=None):
             _ctx.rank, _ctx.size = rank, size
     else:
         raise InvalidArgument(f"gradcomp.torch.init(): unknown backend '{backend}' (valid: mpi, torch)")
+    if backend == "torch" and _ctx.size > 1:
+        _ctx.control_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
     _ctx.backend = backend
     atexit.register(_shutdown_at_exit)
     _ctx.local_rank = _env_int("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK",
@@ -138,6 +140,11 @@ def shutdown():
     exchange.close_all()
     from . import process_sets  # the added process sets end with the process group (init() starts without them)
     process_sets._reset()
+    if _ctx.control_group is not None and dist.is_initialized() and not _ctx.owns_process_group:
+        try:
+            dist.destroy_process_group(_ctx.control_group)
+        except Exception:  # torch versions that cannot destroy a subgroup: it ends with the default group
+            pass
     if _ctx.backend == "torch" and _ctx.owns_process_group and dist.is_initialized():
         dist.destroy_process_group()
     if _ctx.runtime is not None:
