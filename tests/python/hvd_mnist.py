@@ -106,12 +106,13 @@ def metric_average(val, name):
     return avg_tensor.item()
 
 
-def test():
+def evaluate(model, test_loader, test_sampler, cuda):
+    """Horovod's test(): loss and accuracy of this rank's partition, averaged over the ranks with hvd.allreduce."""
     model.eval()
     test_loss = 0.0
     test_accuracy = 0.0
     for data, target in test_loader:
-        if args.cuda:
+        if cuda:
             data, target = data.cuda(), target.cuda()
         output = model(data)
         test_loss += F.nll_loss(output, target, reduction="sum").item()
@@ -128,10 +129,9 @@ def test():
     return test_accuracy
 
 
-if __name__ == "__main__":
-    args = parser.parse_args()
-    args.cuda = not args.no_cuda and torch.cuda.is_available()
-
+def start(args):
+    """Horovod's start-up: init, seeds, one CPU thread, DistributedSampler partitions of the training and test data.
+    Returns (train_sampler, train_loader, test_sampler, test_loader)."""
     # Horovod: initialize library.
     hvd.init()
     torch.manual_seed(args.seed)
@@ -150,7 +150,11 @@ if __name__ == "__main__":
     test_sampler = torch.utils.data.distributed.DistributedSampler(test_dataset, num_replicas=hvd.size(),
                                                                    rank=hvd.rank())
     test_loader = torch.utils.data.DataLoader(test_dataset, batch_size=args.test_batch_size, sampler=test_sampler)
+    return train_sampler, train_loader, test_sampler, test_loader
 
+
+def model_and_optimizer(args):
+    """Horovod's Net and SGD, the learning rate scaled by the size (1 with Adasum; the local size on GPUs)."""
     model = Net()
     # By default, Adasum doesn't need scaling up learning rate.
     lr_scaler = hvd.size() if not args.use_adasum else 1
@@ -160,7 +164,18 @@ if __name__ == "__main__":
             lr_scaler = hvd.local_size()
 
     # Horovod: scale learning rate by lr_scaler.
-    optimizer = optim.SGD(model.parameters(), lr=args.lr * lr_scaler, momentum=args.momentum)
+    return model, optim.SGD(model.parameters(), lr=args.lr * lr_scaler, momentum=args.momentum)
+
+
+def test():
+    return evaluate(model, test_loader, test_sampler, args.cuda)
+
+
+if __name__ == "__main__":
+    args = parser.parse_args()
+    args.cuda = not args.no_cuda and torch.cuda.is_available()
+    train_sampler, train_loader, test_sampler, test_loader = start(args)
+    model, optimizer = model_and_optimizer(args)
 
     # Horovod: broadcast parameters & optimizer state.
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
