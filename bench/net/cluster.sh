@@ -156,25 +156,37 @@ if [ "$launcher" = mpi ]; then
   # Open MPI starts one orted per host through this "remote shell": it enters the host's namespace.
   cat >"$work/rsh" <<EOF
 #!/bin/sh
-# usage: rsh [options] HOST COMMAND... (as Open MPI calls ssh); HOST is h<index>
+# usage: rsh [options] HOST COMMAND... (as Open MPI calls ssh); HOST is h<index>. The orted runs in the foreground
+# (its --daemonize dropped): a daemonized orted that dies before calling home leaves mpirun waiting forever, one in
+# the foreground ends this process, and mpirun reports the failure.
 while [ "\${1#-}" != "\$1" ]; do shift; done
 host=\$1; shift
 # Shared memory inside a host, in a folder of its own (the segments are named by hostname and local rank, which
 # the emulated hosts share).
 mkdir -p "$work/shm-\$host"
 exec ip netns exec "gc-\$host-$id" env GRADCOMP_CLUSTER_HOST="\${host#h}" \
-  OMPI_MCA_btl_vader_backing_directory="$work/shm-\$host" sh -c "\$*"
+  OMPI_MCA_btl_vader_backing_directory="$work/shm-\$host" sh -c "\$(echo "\$*" | sed 's/ --daemonize / /')"
 EOF
   chmod +x "$work/rsh"
   : >"$work/hostfile"
   for h in $(seq 0 $(( hosts - 1 ))); do echo "h$h slots=$per_host" >>"$work/hostfile"; done
   set +e
-  ip netns exec "$(host_ns 0)" mpirun --allow-run-as-root --oversubscribe --bind-to none \
-    -np $(( hosts * per_host )) --hostfile "$work/hostfile" --map-by slot \
-    --mca plm_rsh_agent "$work/rsh" --mca plm_rsh_no_tree_spawn 1 \
-    --mca btl self,vader,tcp --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \
-    -x GRADCOMP_LOCAL_SIZE -x PATH "${mpi_args[@]}" "$@"
-  status=$?
+  for attempt in 1 2; do
+    ip netns exec "$(host_ns 0)" mpirun --allow-run-as-root --oversubscribe --bind-to none \
+      -np $(( hosts * per_host )) --hostfile "$work/hostfile" --map-by slot \
+      --mca plm_rsh_agent "$work/rsh" --mca plm_rsh_no_tree_spawn 1 \
+      --mca btl self,vader,tcp --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \
+      -x GRADCOMP_LOCAL_SIZE -x PATH "${mpi_args[@]}" "$@" 2> >(tee "$work/mpirun.err" >&2)
+    status=$?
+    # A daemon that did not start (ORTE's own error, before any rank ran) is retried once; a failing program is not.
+    if [ $status -ne 0 ] && [ $attempt -eq 1 ] && [ ! -e "$work/timed-out" ] &&
+       grep -qE "unable to reliably start|failed to start|lost communication with a remote daemon|internal error has occurred in ORTE" "$work/mpirun.err"; then
+      echo "cluster.sh: Open MPI could not start its daemons on every host (above); launching again" >&2
+      sleep 1
+      continue
+    fi
+    break
+  done
   set -e
 else
   port=$(( 29500 + id % 1000 ))
