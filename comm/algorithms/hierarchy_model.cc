@@ -1,10 +1,11 @@
-// The hierarchical `auto` mode: learning the two levels' link costs (learn_links) and choosing a mode per call
-// (choose_hierarchy).
+// The hierarchical `auto` mode: learning what each level's collectives cost (learn_links) and choosing a mode per
+// call (choose_hierarchy).
 #include "gradcomp/hierarchy_model.h"
 
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <functional>
 #include <vector>
 
 #include "gradcomp/collectives.h"
@@ -14,43 +15,54 @@ namespace gradcomp {
 
 namespace {
 
-// Seconds of one collective of the codec's flat algorithm over `n` ranks whose every step crosses `link`.
-double flat_time(const LinkCost& link, int n, const CompressorTraits& traits, std::size_t payload_bytes) {
-  if (n <= 1) return 0;
-  const double steps_ring = 2.0 * (n - 1);
-  if (traits.gatherable || (!traits.summable && !traits.requantizable && !traits.rounds)) {
-    return (n - 1) * link.time(static_cast<double>(payload_bytes));  // allgather: n-1 steps of one payload
-  }
-  return steps_ring * link.time(static_cast<double>(payload_bytes) / n);  // ring: 2(n-1) steps of payload/n
+bool gathers(const CompressorTraits& traits) {
+  return traits.gatherable || (!traits.summable && !traits.requantizable && !traits.rounds);
 }
 
-// One timed allreduce of `values` floats on `comm`: seconds, the fastest of `repeats`.
-double time_allreduce(Communicator& comm, std::vector<float>& buffer, int repeats) {
+// Seconds of the fastest of `repeats` calls of `op` on `comm` (each after a barrier).
+double fastest(Communicator& comm, const std::function<void()>& op, int repeats) {
   double best = 1e30;
   for (int i = 0; i < repeats; ++i) {
     comm.barrier();
     const auto start = std::chrono::steady_clock::now();
-    comm.allreduce(TensorView(buffer.data(), buffer.size(), DType::kF32), ReduceOp::kSum);
+    op();
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
   return best;
 }
 
-// The link cost of a ring allreduce on `comm` (k ranks: 2(k-1) steps of S/k bytes), from a small and a large probe.
-LinkCost measure_ring(Communicator& comm, std::size_t probe_bytes) {
-  const int k = comm.size();
-  if (k <= 1) return {};
-  std::vector<float> small(2, 1.0f);
-  std::vector<float> large(std::max<std::size_t>(probe_bytes / sizeof(float), 1024), 1.0f);
-  time_allreduce(comm, large, 1);  // warm-up: connections, buffers
-  const double t_small = time_allreduce(comm, small, 5);
-  const double t_large = time_allreduce(comm, large, 3);
-  const double steps = 2.0 * (k - 1);
-  LinkCost cost;
-  cost.latency_s = t_small / steps;
-  const double moved = steps * static_cast<double>(large.size() * sizeof(float)) / k;
-  cost.bytes_per_s = moved / std::max(t_large - t_small, 1e-9);
-  return cost;
+// latency + bytes / bandwidth through a tiny and a `bytes` call.
+LinkCost fit(double t_small, double t_large, double bytes) {
+  return {t_small, bytes / std::max(t_large - t_small, 1e-9)};
+}
+
+LinkCost measure_allreduce(Communicator& comm, std::size_t probe_bytes) {
+  if (comm.size() <= 1) return {};
+  std::vector<float> small(2, 1.0f), large(std::max<std::size_t>(probe_bytes / sizeof(float), 1024), 1.0f);
+  auto run = [&](std::vector<float>& v) {
+    return [&comm, &v] { comm.allreduce(TensorView(v.data(), v.size(), DType::kF32), ReduceOp::kSum); };
+  };
+  fastest(comm, run(large), 1);  // warm-up: connections, buffers
+  return fit(fastest(comm, run(small), 5), fastest(comm, run(large), 3), large.size() * sizeof(float));
+}
+
+LinkCost measure_allgather(Communicator& comm, std::size_t probe_bytes) {
+  if (comm.size() <= 1) return {};
+  const std::size_t n = comm.size();
+  std::vector<std::byte> small_in(8), small_out(8 * n), large_in(probe_bytes), large_out(probe_bytes * n);
+  auto run = [&](std::vector<std::byte>& in, std::vector<std::byte>& out) {
+    return [&comm, &in, &out] { comm.allgather(in, out); };
+  };
+  fastest(comm, run(large_in, large_out), 1);
+  return fit(fastest(comm, run(small_in, small_out), 5), fastest(comm, run(large_in, large_out), 3),
+             static_cast<double>(probe_bytes));
+}
+
+// The codec's flat algorithm on one level: an allreduce or an allgather of the payload.
+double algorithm_time(const LinkCost& allreduce, const LinkCost& allgather, const CompressorTraits& traits,
+                      std::size_t payload_bytes) {
+  return gathers(traits) ? allgather.time(static_cast<double>(payload_bytes))
+                         : allreduce.time(static_cast<double>(payload_bytes));
 }
 
 }  // namespace
@@ -58,36 +70,48 @@ LinkCost measure_ring(Communicator& comm, std::size_t probe_bytes) {
 HierarchyChoice choose_hierarchy(const LinkModel& links, const HierarchyShape& shape, const CompressorTraits& traits,
                                  std::size_t numel, std::size_t payload_bytes) {
   HierarchyChoice choice;
-  choice.flat_s = flat_time(links.inter, shape.world, traits, payload_bytes);
-  const int k = shape.per_node;
+  choice.flat_s = shape.world > 1
+                      ? algorithm_time(links.world_allreduce, links.world_allgather, traits, payload_bytes)
+                      : 0;
   const double dense_bytes = 4.0 * static_cast<double>(numel);
-  double intra = 0;
-  if (k > 1) {
-    intra = 2.0 * (k - 1) * links.intra.time(dense_bytes / k)  // ring allreduce of the f32 tensor in the node
-            + links.intra.time(dense_bytes);                    // broadcast of the result in the node
-  }
-  choice.hierarchical_s = intra + flat_time(links.inter, shape.nodes, traits, payload_bytes);
-  choice.hierarchical = links.measured && shape.nodes > 1 && k > 1 && choice.hierarchical_s < choice.flat_s;
+  const double node = shape.per_node > 1 ? 1.5 * links.node_allreduce.time(dense_bytes) : 0;  // sum + broadcast
+  const double leaders =
+      shape.nodes > 1 ? algorithm_time(links.leader_allreduce, links.leader_allgather, traits, payload_bytes) : 0;
+  choice.hierarchical_s = node + leaders;
+  choice.hierarchical =
+      links.measured && shape.nodes > 1 && shape.per_node > 1 && choice.hierarchical_s < choice.flat_s;
   return choice;
 }
 
 void learn_links(Communicator& world, NodeGroups& groups, std::size_t probe_bytes) {
   GRADCOMP_CHECK(groups.node != nullptr, "learn_links: NodeGroups without a node communicator (rank {})", world.rank());
-  LinkCost intra = measure_ring(*groups.node, probe_bytes);
-  world.barrier();  // the leaders' probe must not share links with a node's probe still running
-  LinkCost inter;
-  if (groups.leaders != nullptr) inter = measure_ring(*groups.leaders, probe_bytes);
-  // Every rank takes the slowest node's and the leaders' figures: latencies and seconds per byte, maxima over ranks.
-  std::array<float, 4> costs = {
-      static_cast<float>(intra.latency_s), static_cast<float>(intra.bytes_per_s > 0 ? 1.0 / intra.bytes_per_s : 0),
-      static_cast<float>(inter.latency_s), static_cast<float>(inter.bytes_per_s > 0 ? 1.0 / inter.bytes_per_s : 0)};
-  world.allreduce(TensorView(costs.data(), costs.size(), DType::kF32), ReduceOp::kMax);
-  groups.links.intra = {costs[0], costs[1] > 0 ? 1.0 / costs[1] : 0};
-  groups.links.inter = {costs[2], costs[3] > 0 ? 1.0 / costs[3] : 0};
-  groups.links.measured = true;
+  LinkModel& m = groups.links;
+  m.node_allreduce = measure_allreduce(*groups.node, probe_bytes);
+  world.barrier();  // one level at a time: the probes must not share links
+  if (groups.leaders != nullptr) {
+    m.leader_allreduce = measure_allreduce(*groups.leaders, probe_bytes);
+    m.leader_allgather = measure_allgather(*groups.leaders, probe_bytes);
+  }
+  world.barrier();
+  m.world_allreduce = measure_allreduce(world, probe_bytes);
+  m.world_allgather = measure_allgather(world, probe_bytes);
+  // The same model on every rank: each latency and each seconds-per-byte is the maximum over ranks (the slowest node;
+  // the leaders' figures reach the other ranks).
+  std::array<LinkCost*, 5> costs = {&m.node_allreduce, &m.leader_allreduce, &m.leader_allgather, &m.world_allreduce,
+                                    &m.world_allgather};
+  std::array<float, 10> shared{};
+  for (std::size_t i = 0; i < costs.size(); ++i) {
+    shared[2 * i] = static_cast<float>(costs[i]->latency_s);
+    shared[2 * i + 1] = costs[i]->bytes_per_s > 0 ? static_cast<float>(1.0 / costs[i]->bytes_per_s) : 0.0f;
+  }
+  world.allreduce(TensorView(shared.data(), shared.size(), DType::kF32), ReduceOp::kMax);
+  for (std::size_t i = 0; i < costs.size(); ++i) {
+    *costs[i] = {shared[2 * i], shared[2 * i + 1] > 0 ? 1.0 / shared[2 * i + 1] : 0};
+  }
   std::int32_t per_node = groups.node->size();
   world.allreduce(TensorView(&per_node, 1, DType::kI32), ReduceOp::kMax);
   groups.per_node = per_node;
+  m.measured = true;
 }
 
 }  // namespace gradcomp

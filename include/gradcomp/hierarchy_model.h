@@ -1,5 +1,6 @@
-// The cost model behind the hierarchical `auto` mode: what one level of links costs, learned by timing the node and
-// leader communicators, and the choice between a flat and a hierarchical compressed allreduce that follows from it.
+// The cost model behind the hierarchical `auto` mode: what the collectives of each level cost (allreduce and
+// allgather inside a node, between node leaders and over the whole world), learned by timing them on the
+// communicators themselves, and the choice between a flat and a hierarchical compressed allreduce that follows.
 #pragma once
 
 #include <cstddef>
@@ -8,18 +9,22 @@
 
 namespace gradcomp {
 
-// One level of links: moving `bytes` through one step of a collective costs latency_s + bytes / bytes_per_s.
+// One collective on one communicator: moving `bytes` (per rank) costs latency_s + bytes / bytes_per_s. Fitted to the
+// collective as the communicator runs it (MPI picks its own algorithm per size and rank count), not to a link.
 struct LinkCost {
   double latency_s = 0;
-  double bytes_per_s = 0;  // 0: unknown (never measured)
+  double bytes_per_s = 0;  // 0: free (a level of one rank)
   double time(double bytes) const { return latency_s + (bytes_per_s > 0 ? bytes / bytes_per_s : 0); }
 };
 
-// The two levels of a world split into nodes: inside a node, and between node leaders. Identical on every rank
-// (measured once, then shared), so every rank takes the same decision.
+// What the auto mode learned of a world split into nodes. Identical on every rank (measured once, then shared), so
+// every rank takes the same decision.
 struct LinkModel {
-  LinkCost intra;
-  LinkCost inter;
+  LinkCost node_allreduce;     // an allreduce of `bytes` inside a node (the slowest node)
+  LinkCost leader_allreduce;   // an allreduce of `bytes` between the node leaders
+  LinkCost leader_allgather;   // an allgather, `bytes` from each leader
+  LinkCost world_allreduce;    // an allreduce of `bytes` over every rank
+  LinkCost world_allgather;    // an allgather, `bytes` from each rank
   bool measured = false;
 };
 
@@ -31,13 +36,12 @@ struct HierarchyShape {
 };
 
 // Predicted seconds of both modes for one compressed allreduce of `numel` f32 elements whose compressed payload is
-// `payload_bytes` per rank, and the mode to take (hierarchical only when it is predicted faster).
-//   flat:          the codec's algorithm over all ranks, every step crossing the inter-node links (a ring whose
-//                  node boundaries carry each step's bytes): dense/rounds/sra 2(n-1) steps of payload/n, sparse and
-//                  allgather n-1 steps of one payload;
-//   hierarchical:  a dense f32 ring allreduce inside the node (2(k-1) steps of 4·numel/k over intra links), the
-//                  codec's algorithm between the m leaders (as flat with n = m), a broadcast of 4·numel inside the
-//                  node.
+// `payload_bytes` per rank, and the mode to take (hierarchical only when predicted faster):
+//   flat:          the codec's algorithm over the world: summable, requantizable and rounds codecs as an allreduce
+//                  of the payload, gatherable and other codecs as an allgather of it;
+//   hierarchical:  an allreduce of the f32 tensor inside the node, the codec's algorithm between the leaders (as
+//                  flat, on the leaders' costs), and a broadcast of the f32 tensor inside the node (half a node
+//                  allreduce of it).
 struct HierarchyChoice {
   double flat_s = 0;
   double hierarchical_s = 0;

@@ -191,11 +191,13 @@ int run(const Suite& suite, Communicator& comm, const Config& config) {
   if (config.hierarchy_auto) {
     learn_links(comm, groups);
     const LinkModel& l = groups.links;
+    auto cost = [](const LinkCost& c) { return fmt::format("[{:.3g}, {:.4g}]", c.latency_s, c.bytes_per_s / 1e9); };
     if (root) {
-      fmt::print("{}{{\"learned_links\": {{\"nodes\": {}, \"per_node\": {}, \"intra_latency_s\": {:.3g}, "
-                 "\"intra_gbytes_per_s\": {:.4g}, \"inter_latency_s\": {:.3g}, \"inter_gbytes_per_s\": {:.4g}}}}}\n",
-                 config.json ? "" : "# ", groups.node_count, groups.per_node, l.intra.latency_s,
-                 l.intra.bytes_per_s / 1e9, l.inter.latency_s, l.inter.bytes_per_s / 1e9);
+      fmt::print("{}{{\"learned_links\": {{\"nodes\": {}, \"per_node\": {}, \"units\": \"[latency s, GB/s]\", "
+                 "\"node_allreduce\": {}, \"leader_allreduce\": {}, \"leader_allgather\": {}, "
+                 "\"world_allreduce\": {}, \"world_allgather\": {}}}}}\n",
+                 config.json ? "" : "# ", groups.node_count, groups.per_node, cost(l.node_allreduce),
+                 cost(l.leader_allreduce), cost(l.leader_allgather), cost(l.world_allreduce), cost(l.world_allgather));
     }
   }
   int bad = 0;
