@@ -134,9 +134,12 @@ AllreduceStats compressed_allreduce(Communicator& comm, Compressor& compressor, 
                    "compressed_allreduce('{}'): the auto hierarchy needs NodeGroups whose links were learned "
                    "(learn_links) on rank {}", name, comm.rank());
     const NodeGroups& nodes = *options.nodes;
-    const HierarchyChoice choice =
-        choose_hierarchy(nodes.links, {comm.size(), nodes.node_count, nodes.per_node}, compressor.traits(),
-                         tensor.numel(), compressor.max_payload_bytes(tensor.numel()));
+    const AllreduceAlgorithm algorithm = resolve_algorithm(compressor.traits(), options.algorithm);
+    const bool gathered =
+        algorithm == AllreduceAlgorithm::kAllgather || algorithm == AllreduceAlgorithm::kSparseAllreduce;
+    const HierarchyChoice choice = choose_hierarchy(nodes.links, {comm.size(), nodes.node_count, nodes.per_node},
+                                                    gathered, tensor.numel(),
+                                                    compressor.max_payload_bytes(tensor.numel()));
     AllreduceOptions decided = options;
     decided.hierarchy_auto = false;
     decided.hierarchical = choice.hierarchical;

@@ -15,10 +15,6 @@ namespace gradcomp {
 
 namespace {
 
-bool gathers(const CompressorTraits& traits) {
-  return traits.gatherable || (!traits.summable && !traits.requantizable && !traits.rounds);
-}
-
 // Seconds of the fastest of `repeats` calls of `op` on `comm` (each after a barrier).
 double fastest(Communicator& comm, const std::function<void()>& op, int repeats) {
   double best = 1e30;
@@ -58,25 +54,24 @@ LinkCost measure_allgather(Communicator& comm, std::size_t probe_bytes) {
              static_cast<double>(probe_bytes));
 }
 
-// The codec's flat algorithm on one level: an allreduce or an allgather of the payload.
-double algorithm_time(const LinkCost& allreduce, const LinkCost& allgather, const CompressorTraits& traits,
-                      std::size_t payload_bytes) {
-  return gathers(traits) ? allgather.time(static_cast<double>(payload_bytes))
-                         : allreduce.time(static_cast<double>(payload_bytes));
+// The call's algorithm on one level: an allgather or an allreduce of the payload.
+double algorithm_time(const LinkCost& allreduce, const LinkCost& allgather, bool gathered, std::size_t payload_bytes) {
+  return gathered ? allgather.time(static_cast<double>(payload_bytes))
+                  : allreduce.time(static_cast<double>(payload_bytes));
 }
 
 }  // namespace
 
-HierarchyChoice choose_hierarchy(const LinkModel& links, const HierarchyShape& shape, const CompressorTraits& traits,
-                                 std::size_t numel, std::size_t payload_bytes) {
+HierarchyChoice choose_hierarchy(const LinkModel& links, const HierarchyShape& shape, bool gathered, std::size_t numel,
+                                 std::size_t payload_bytes) {
   HierarchyChoice choice;
   choice.flat_s = shape.world > 1
-                      ? algorithm_time(links.world_allreduce, links.world_allgather, traits, payload_bytes)
+                      ? algorithm_time(links.world_allreduce, links.world_allgather, gathered, payload_bytes)
                       : 0;
   const double dense_bytes = 4.0 * static_cast<double>(numel);
   const double node = shape.per_node > 1 ? 1.5 * links.node_allreduce.time(dense_bytes) : 0;  // sum + broadcast
   const double leaders =
-      shape.nodes > 1 ? algorithm_time(links.leader_allreduce, links.leader_allgather, traits, payload_bytes) : 0;
+      shape.nodes > 1 ? algorithm_time(links.leader_allreduce, links.leader_allgather, gathered, payload_bytes) : 0;
   choice.hierarchical_s = node + leaders;
   choice.hierarchical =
       links.measured && shape.nodes > 1 && shape.per_node > 1 && choice.hierarchical_s < choice.flat_s;

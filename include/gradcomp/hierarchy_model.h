@@ -5,8 +5,6 @@
 
 #include <cstddef>
 
-#include "gradcomp/compressor.h"
-
 namespace gradcomp {
 
 // One collective on one communicator: moving `bytes` (per rank) costs latency_s + bytes / bytes_per_s. Fitted to the
@@ -36,9 +34,10 @@ struct HierarchyShape {
 };
 
 // Predicted seconds of both modes for one compressed allreduce of `numel` f32 elements whose compressed payload is
-// `payload_bytes` per rank, and the mode to take (hierarchical only when predicted faster):
-//   flat:          the codec's algorithm over the world: summable, requantizable and rounds codecs as an allreduce
-//                  of the payload, gatherable and other codecs as an allgather of it;
+// `payload_bytes` per rank, and the mode to take (hierarchical only when predicted faster). `gathered`: the call's
+// algorithm (resolve_algorithm) gathers the payloads (allgather, sparse) rather than reducing them (dense, sra,
+// rounds).
+//   flat:          that algorithm over the world: an allgather or an allreduce of the payload;
 //   hierarchical:  an allreduce of the f32 tensor inside the node, the codec's algorithm between the leaders (as
 //                  flat, on the leaders' costs), and a broadcast of the f32 tensor inside the node (half a node
 //                  allreduce of it).
@@ -47,7 +46,7 @@ struct HierarchyChoice {
   double hierarchical_s = 0;
   bool hierarchical = false;
 };
-HierarchyChoice choose_hierarchy(const LinkModel& links, const HierarchyShape& shape, const CompressorTraits& traits,
-                                 std::size_t numel, std::size_t payload_bytes);
+HierarchyChoice choose_hierarchy(const LinkModel& links, const HierarchyShape& shape, bool gathered, std::size_t numel,
+                                 std::size_t payload_bytes);
 
 }  // namespace gradcomp

@@ -19,18 +19,8 @@ namespace {
 
 using testing::run_ranks;
 
-CompressorTraits summable() {
-  CompressorTraits t;
-  t.summable = true;
-  return t;
-}
-
-CompressorTraits gatherable() {
-  CompressorTraits t;
-  t.gatherable = true;
-  t.lossy = true;
-  return t;
-}
+constexpr bool kReduced = false;  // dense, sra, rounds: the payloads are summed
+constexpr bool kGathered = true;  // allgather, sparse: the payloads are gathered
 
 // Costs fitted to 2 emulated hosts x 2 ranks at 1 Gbit/s on this VM (bench/net/hierarchy_table.sh, 16 MiB): a world
 // allreduce 201 ms, a node allreduce 44 ms, an allreduce between the 2 leaders 262 ms (MPI moves more bytes per rank
@@ -63,20 +53,20 @@ LinkModel large_cluster() {
 TEST(HierarchyModel, SparsePayloadsOnALargeClusterGoHierarchical) {
   const std::size_t numel = std::size_t{16} << 20;
   const std::size_t payload = numel / 100 * 8;  // top-k 1%: (index, value) pairs
-  const auto choice = choose_hierarchy(large_cluster(), {64, 8, 8}, gatherable(), numel, payload);
+  const auto choice = choose_hierarchy(large_cluster(), {64, 8, 8}, kGathered, numel, payload);
   EXPECT_TRUE(choice.hierarchical) << choice.flat_s << " vs " << choice.hierarchical_s;
   EXPECT_NEAR(choice.flat_s, 1e-3 + payload * 63 / 1.25e9, 1e-9);
 }
 
 TEST(HierarchyModel, TheMeasuredTwoByTwoStaysFlat) {
   const std::size_t numel = std::size_t{4} << 20;  // 16 MiB
-  for (const auto& [traits, payload] :
-       {std::pair{summable(), 4 * numel}, std::pair{summable(), 2 * numel}, std::pair{gatherable(), numel / 100 * 8}}) {
-    const auto choice = choose_hierarchy(measured_two_by_two(), {4, 2, 2}, traits, numel, payload);
+  for (const auto& [gathered, payload] :
+       {std::pair{kReduced, 4 * numel}, std::pair{kReduced, 2 * numel}, std::pair{kGathered, numel / 100 * 8}}) {
+    const auto choice = choose_hierarchy(measured_two_by_two(), {4, 2, 2}, gathered, numel, payload);
     EXPECT_FALSE(choice.hierarchical) << payload << ": " << choice.flat_s << " vs " << choice.hierarchical_s;
   }
   // none: flat is the world allreduce (201 ms); hierarchical 1.5 node allreduces (66 ms) + the leaders' (262 ms).
-  const auto none = choose_hierarchy(measured_two_by_two(), {4, 2, 2}, summable(), numel, 4 * numel);
+  const auto none = choose_hierarchy(measured_two_by_two(), {4, 2, 2}, kReduced, numel, 4 * numel);
   EXPECT_NEAR(none.flat_s, 2e-4 + 0.201, 1e-6);
   EXPECT_NEAR(none.hierarchical_s, 1.5 * (2e-4 + 0.044) + 2e-5 + 0.262, 1e-6);
 }
@@ -84,9 +74,9 @@ TEST(HierarchyModel, TheMeasuredTwoByTwoStaysFlat) {
 TEST(HierarchyModel, NeverHierarchicalUnmeasuredOrWithoutNodes) {
   LinkModel unmeasured = large_cluster();
   unmeasured.measured = false;
-  EXPECT_FALSE(choose_hierarchy(unmeasured, {64, 8, 8}, gatherable(), 1 << 24, 1 << 20).hierarchical);
-  EXPECT_FALSE(choose_hierarchy(large_cluster(), {8, 1, 8}, gatherable(), 1 << 24, 1 << 20).hierarchical);
-  EXPECT_FALSE(choose_hierarchy(large_cluster(), {8, 8, 1}, gatherable(), 1 << 24, 1 << 20).hierarchical);
+  EXPECT_FALSE(choose_hierarchy(unmeasured, {64, 8, 8}, kGathered, 1 << 24, 1 << 20).hierarchical);
+  EXPECT_FALSE(choose_hierarchy(large_cluster(), {8, 1, 8}, kGathered, 1 << 24, 1 << 20).hierarchical);
+  EXPECT_FALSE(choose_hierarchy(large_cluster(), {8, 8, 1}, kGathered, 1 << 24, 1 << 20).hierarchical);
 }
 
 TEST(HierarchyModel, LearnedLinksGiveOneDecisionAndItsResultOnEveryRank) {

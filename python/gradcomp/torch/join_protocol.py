@@ -56,7 +56,8 @@ def optimizer_key(names):
 
 
 def register(optimizer):
-    """Makes a global-set DistributedOptimizer (with `_join_key` and `_join_replay(step)`) replayable by join()."""
+    """Makes a global-set DistributedOptimizer (with `_join_key` = (optimizer_key, parameter count) and
+    `_join_replay(step)`) replayable by join()."""
     _participants[:] = [ref for ref in _participants if ref() is not None]
     _participants.append(weakref.ref(optimizer))
 
@@ -75,7 +76,7 @@ def replay_step(row):
     key, step = int(row[1]), int(row[4])
     for ref in reversed(_participants):
         optimizer = ref()
-        if optimizer is not None and optimizer._join_key == key:
+        if optimizer is not None and optimizer._join_key is not None and optimizer._join_key[0] == key:
             optimizer._join_replay(step)
             return
     raise InvalidArgument(f"join(): the other ranks step a DistributedOptimizer (parameter-name key {key}) that this "

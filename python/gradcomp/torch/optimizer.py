@@ -127,9 +127,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._hook_handles = []
         self._grad_accs = []
         self._step_mode = None  # this step's exchange: None (not begun), "overlap", or "ordered" (a rank is joined)
-        self._join_key = None
+        self._join_key = None  # (CRC of the parameter names, their count) once, not per step
         if self._process_set is None and op != Adasum and _ctx.size > 1:
-            self._join_key = _join.optimizer_key([self._names[id(p)] for p in self._params_in_order()])
+            names = [self._names[id(p)] for p in self._params_in_order()]
+            self._join_key = (_join.optimizer_key(names), len(names))
             _join.register(self)
         if self._set_size > 1 or os.environ.get("GRADCOMP_FORCE_HOOKS"):
             self._register_hooks()
@@ -218,8 +219,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Once per step, before its first gradient exchange: the join protocol's control round (when this optimizer
         takes part in it); returns the step's mode."""
         if self._step_mode is None:
-            joined = self._join_key is not None and _join.announce_step(
-                self._join_key, len(self._params_in_order()), self._step_count_gc)
+            joined = self._join_key is not None and _join.announce_step(*self._join_key, self._step_count_gc)
             self._step_mode = "ordered" if joined else "overlap"
         return self._step_mode
 
