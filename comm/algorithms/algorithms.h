@@ -55,6 +55,10 @@ void verify_agreement(Communicator& comm, const Compressor& compressor, const Te
 void require_codec(const Call& call, bool ok, std::string_view algorithm, std::string_view kind,
                    std::string_view instead);
 
+// The context compress() gets for `name` in this call (step from options, rank/size from comm).
+CompressContext compress_context(const Call& call, std::string_view name, float prescale,
+                                 std::span<const TensorSegment> segments = {});
+
 // Compresses `part` under `name` (ctx.step from options, rank/size from comm) into a buffer of exactly the payload
 // size; adds the time to stats.compress_s. `segments` (see TensorSegment) key its error-feedback state; empty: `name`.
 Bytes compress_part(Call& call, const TensorView& part, std::string_view name, float prescale,

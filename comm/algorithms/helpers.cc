@@ -6,9 +6,8 @@
 
 namespace gradcomp::algorithms {
 
-Bytes compress_part(Call& call, const TensorView& part, std::string_view name, float prescale,
-                    std::span<const TensorSegment> segments) {
-  Stopwatch watch(call.stats.compress_s);
+CompressContext compress_context(const Call& call, std::string_view name, float prescale,
+                                 std::span<const TensorSegment> segments) {
   CompressContext ctx;
   ctx.name = name;
   ctx.segments = segments;
@@ -16,6 +15,13 @@ Bytes compress_part(Call& call, const TensorView& part, std::string_view name, f
   ctx.rank = call.comm.rank();
   ctx.world_size = call.comm.size();
   ctx.prescale = prescale;
+  return ctx;
+}
+
+Bytes compress_part(Call& call, const TensorView& part, std::string_view name, float prescale,
+                    std::span<const TensorSegment> segments) {
+  Stopwatch watch(call.stats.compress_s);
+  const CompressContext ctx = compress_context(call, name, prescale, segments);
   Bytes payload = call.space.allocate(call.compressor.max_payload_bytes(part.numel()));
   const std::size_t size = call.compressor.compress(part, payload, ctx);
   GRADCOMP_ASSERT(size <= payload.size(), "compressor '{}' wrote {} bytes for '{}', more than its bound {}",

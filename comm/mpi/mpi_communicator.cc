@@ -18,6 +18,7 @@
 #include "comm/comm_util.h"
 #include "comm/host_stage.h"
 #include "comm/mpi/mpi_family.h"
+#include "comm/staged_allreduce.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/error.h"
 
@@ -38,7 +39,7 @@ void copy_bytes(void* to, const void* from, std::size_t bytes) {
   if (bytes > 0) std::memcpy(to, from, bytes);
 }
 
-class MpiCommunicator final : public Communicator {
+class MpiCommunicator final : public Communicator, public StagedAllreduce {
  public:
   // `comm` is the family's root (not freed here) or a communicator split from a member (freed here while unbroken).
   MpiCommunicator(MPI_Comm comm, std::shared_ptr<mpi::MpiFamily> family, std::chrono::milliseconds timeout)
@@ -73,27 +74,35 @@ class MpiCommunicator final : public Communicator {
     }
     const int count = to_int(inout.numel(), "allreduce element count", rank_);
     enter("allreduce");
-    MPI_Op mpi_op = MPI_SUM;
-    if (inout.dtype() == DType::kF16 || inout.dtype() == DType::kBF16) {
-      mpi_op = mpi::half_sum_op(inout.dtype());
-    } else if (op == ReduceOp::kMax) {
-      mpi_op = MPI_MAX;
-    } else if (op == ReduceOp::kMin) {
-      mpi_op = MPI_MIN;
-    }
-    // Separate send and receive buffers (not MPI_IN_PLACE): Open MPI's libnbc then uses its ring for large messages
-    // instead of a binomial reduce + broadcast.
     OpBuffers& b = *ops_;
     b.send.resize(inout.bytes());
     b.recv.resize(inout.bytes());
     copy_bytes(b.send.data(), inout.data(), inout.bytes());
-    MPI_Request request;
-    check(MPI_Iallreduce(nonnull(b.send.data()), nonnull(b.recv.data()), count, mpi::datatype(inout.dtype()), mpi_op,
-                         comm_, &request),
-          "MPI_Iallreduce", inout.bytes());
-    wait(request, "allreduce", inout.bytes());
+    reduce_owned(b.send.data(), b.recv.data(), count, inout.dtype(), op, inout.bytes());
     copy_bytes(inout.data(), b.recv.data(), inout.bytes());
     if (op == ReduceOp::kAverage) comm::divide_by(inout.data(), inout.numel(), inout.dtype(), size_);
+  }
+
+  void allreduce_staged(std::size_t capacity, const Fill& fill, const Drain& drain) override {
+    enter("allreduce");
+    const std::shared_ptr<OpBuffers> ops = ops_;  // kept: an abandoned request swaps ops_ for fresh buffers
+    ops->send.resize(capacity);
+    const Filled filled = fill(std::span<std::byte>(ops->send.data(), capacity));
+    const std::size_t element = dtype_size(filled.dtype);
+    GRADCOMP_CHECK(filled.bytes <= capacity && filled.offset <= filled.bytes &&
+                       filled.count <= (filled.bytes - filled.offset) / element,
+                   "mpi communicator: staged allreduce on rank {}: {} elements of {} at byte {} do not fit the {} "
+                   "bytes written (capacity {})",
+                   rank_, filled.count, dtype_name(filled.dtype), filled.offset, filled.bytes, capacity);
+    comm::check_reduce(filled.dtype, ReduceOp::kSum, "mpi", rank_);
+    const int count = to_int(filled.count, "allreduce element count", rank_);
+    const std::size_t end = filled.offset + filled.count * element;
+    ops->recv.resize(filled.bytes);
+    copy_bytes(ops->recv.data(), ops->send.data(), filled.offset);
+    copy_bytes(ops->recv.data() + end, ops->send.data() + end, filled.bytes - end);
+    reduce_owned(ops->send.data() + filled.offset, ops->recv.data() + filled.offset, count, filled.dtype,
+                 ReduceOp::kSum, filled.count * element);
+    drain(std::span<const std::byte>(ops->recv.data(), filled.bytes));
   }
 
   void allgather(std::span<const std::byte> send, std::span<std::byte> recv) override {
@@ -221,6 +230,24 @@ class MpiCommunicator final : public Communicator {
         fmt::format("{}: {} failed ({} bytes): {}", where(), call, bytes, mpi::error_string(rc));
     family_->fail(what);
     throw CommError(fmt::format("mpi communicator: {}", what));
+  }
+
+  // MPI_Iallreduce of `count` elements from `send` into `recv` (both owned by ops_) completed by wait(). Separate
+  // send and receive buffers (not MPI_IN_PLACE): Open MPI's libnbc then uses its ring for large messages instead of a
+  // binomial reduce + broadcast. kAverage sums here (the caller divides).
+  void reduce_owned(std::byte* send, std::byte* recv, int count, DType dtype, ReduceOp op, std::size_t bytes) {
+    MPI_Op mpi_op = MPI_SUM;
+    if (dtype == DType::kF16 || dtype == DType::kBF16) {
+      mpi_op = mpi::half_sum_op(dtype);
+    } else if (op == ReduceOp::kMax) {
+      mpi_op = MPI_MAX;
+    } else if (op == ReduceOp::kMin) {
+      mpi_op = MPI_MIN;
+    }
+    MPI_Request request;
+    check(MPI_Iallreduce(nonnull(send), nonnull(recv), count, mpi::datatype(dtype), mpi_op, comm_, &request),
+          "MPI_Iallreduce", bytes);
+    wait(request, "allreduce", bytes);
   }
 
   // The buffers of this call with `send` copied in and room for `recv_bytes`.

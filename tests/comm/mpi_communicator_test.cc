@@ -1,9 +1,13 @@
 // comm/mpi under mpirun: the conformance suite (tests/comm/communicator_conformance.h; its f16/bf16 sums exercise
-// the custom MPI ops), identity, thread level and node color.
+// the custom MPI ops), identity, thread level, node color and the staged allreduce (comm/staged_allreduce.h).
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
 
+#include "comm/staged_allreduce.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/error.h"
 #include "tests/comm/communicator_conformance.h"
@@ -30,6 +34,78 @@ TEST(MpiCommunicator, NodeColor) {
   Communicator& comm = mpi_world();
   // One machine: every rank shares memory with rank 0.
   EXPECT_EQ(comm.node_color(), 0);
+}
+
+// A payload-like buffer: 8 header bytes (rank-specific: they must come back as this rank wrote them), `count` f32
+// values r + i, 4 trailing bytes; the result holds the sum over ranks and this rank's header and trailer.
+TEST(MpiCommunicator, StagedAllreduceSumsOnlyTheBody) {
+  Communicator& comm = mpi_world();
+  auto* staged = dynamic_cast<StagedAllreduce*>(&comm);
+  ASSERT_NE(staged, nullptr) << "the MPI communicator must offer the staged allreduce (dense uses it)";
+  const int n = comm.size(), r = comm.rank();
+  for (const std::size_t count : {std::size_t{0}, std::size_t{5}, std::size_t{100000}}) {
+    const std::size_t bytes = 8 + count * sizeof(float) + 4;
+    std::vector<std::byte> seen;
+    staged->allreduce_staged(
+        bytes + 16,
+        [&](std::span<std::byte> send) {
+          EXPECT_GE(send.size(), bytes);
+          std::memset(send.data(), 0x40 + r, 8);
+          for (std::size_t i = 0; i < count; ++i) {
+            const float v = static_cast<float>(r) + static_cast<float>(i);
+            std::memcpy(send.data() + 8 + i * sizeof(float), &v, sizeof v);
+          }
+          std::memset(send.data() + 8 + count * sizeof(float), 0x70 + r, 4);
+          return StagedAllreduce::Filled{bytes, 8, count, DType::kF32};
+        },
+        [&](std::span<const std::byte> result) { seen.assign(result.begin(), result.end()); });
+    ASSERT_EQ(seen.size(), bytes);
+    for (int k = 0; k < 8; ++k) EXPECT_EQ(seen[k], std::byte(0x40 + r));
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(seen[bytes - 4 + k], std::byte(0x70 + r));
+    const float rank_sum = static_cast<float>(n * (n - 1) / 2);
+    for (std::size_t i = 0; i < count; ++i) {
+      float v = 0;
+      std::memcpy(&v, seen.data() + 8 + i * sizeof(float), sizeof v);
+      ASSERT_EQ(v, rank_sum + static_cast<float>(n) * static_cast<float>(i)) << "element " << i;
+    }
+  }
+}
+
+TEST(MpiCommunicator, StagedAllreduceHalfBodyAndErrors) {
+  Communicator& comm = mpi_world();
+  auto& staged = dynamic_cast<StagedAllreduce&>(comm);
+  const int n = comm.size();
+  // f16 body (the custom MPI op): every rank sends 1.5 at offset 2.
+  std::vector<std::uint16_t> out;
+  staged.allreduce_staged(
+      2 + 64 * 2,
+      [&](std::span<std::byte> send) {
+        const std::uint16_t one_and_half = 0x3E00;
+        for (int i = 0; i < 64; ++i) std::memcpy(send.data() + 2 + 2 * i, &one_and_half, 2);
+        return StagedAllreduce::Filled{2 + 64 * 2, 2, 64, DType::kF16};
+      },
+      [&](std::span<const std::byte> result) {
+        out.resize(64);
+        std::memcpy(out.data(), result.data() + 2, 64 * 2);
+      });
+  // 1.5 n in IEEE half for the world sizes the tests run at: 3.0, 4.5, 6.0.
+  ASSERT_TRUE(n >= 2 && n <= 4) << n;
+  const std::uint16_t expect[] = {0x4200, 0x4480, 0x4600};
+  ASSERT_EQ(out.size(), 64u);
+  for (const std::uint16_t v : out) ASSERT_EQ(v, expect[n - 2]);
+  // A body outside the bytes written: InvalidArgument on every rank, before anything is sent.
+  EXPECT_THROW(staged.allreduce_staged(
+                   64, [](std::span<std::byte>) { return StagedAllreduce::Filled{16, 8, 4, DType::kF32}; },
+                   [](std::span<const std::byte>) { FAIL() << "drained after a refused fill"; }),
+               InvalidArgument);
+  // A fill that throws (a codec refusing NaN) propagates; the communicator stays usable.
+  EXPECT_THROW(staged.allreduce_staged(
+                   64, [](std::span<std::byte>) -> StagedAllreduce::Filled { throw std::runtime_error("codec"); },
+                   [](std::span<const std::byte>) {}),
+               std::runtime_error);
+  std::vector<float> one{1.0f};
+  comm.allreduce(TensorView(one.data(), 1, DType::kF32), ReduceOp::kSum);
+  EXPECT_EQ(one[0], static_cast<float>(n));
 }
 
 }  // namespace
