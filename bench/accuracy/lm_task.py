@@ -14,20 +14,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_COMPRESSORS = ("none,fp16,bf16,qsgd:bits=4,onebit,topk:ratio=0.01,dgc:ratio=0.001,powersgd:rank=4")
 
 # 4 ranks x 4 windows of 128 bytes = 2,048 bytes per step; 22-30 s per 100 steps on 2 idle cores (4 ranks).
-# quick: the eight-row sweep took 164 s in all on the idle machine, far from converged. full: 200 steps, about 9
-# minutes for the nine rows of docs/accuracy.md on 2 idle cores; the session that measured it shared the machine
-# (load 9-32, 63 minutes per seed) and could afford no more. Dense ends near 3.4 bits per byte there, not below the
-# issue's 2.0 (docs/accuracy.md, "Second family").
+# quick: the eight-row sweep took 164 s in all on the idle machine, far from converged. full: 2,000 steps, where
+# dense is clearly learned (1.82 bits per byte; at 200 steps it was still at 3.4): ~8.5 minutes per row, ~70 minutes
+# per seed for the eight rows on 2 idle cores (docs/accuracy.md, "Second family").
 PRESETS = {
     "quick": dict(steps=60, batch=4, lr=3e-3, layers=4, width=128, heads=4, context=128, evals=3),
-    "full": dict(steps=200, batch=4, lr=3e-3, layers=4, width=128, heads=4, context=128, evals=5),
+    "full": dict(steps=2000, batch=4, lr=3e-3, layers=4, width=128, heads=4, context=128, evals=5),
 }
 
 
 def add_arguments(parser) -> None:
     """Adds the LM-only flags (defaults from the preset; --batch and --lr are run.py's shared flags)."""
     g = parser.add_argument_group("--task lm (byte-level transformer, AdamW)")
-    g.add_argument("--steps", type=int, help="training steps per run (quick 60, --full 200)")
+    g.add_argument("--steps", type=int, help="training steps per run (quick 60, --full 2000)")
     g.add_argument("--layers", type=int, help="transformer blocks (4)")
     g.add_argument("--width", type=int, help="model width (128)")
     g.add_argument("--heads", type=int, help="attention heads (4)")
