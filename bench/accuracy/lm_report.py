@@ -112,5 +112,6 @@ def write_png(rows: list[dict], path: str, title: str) -> None:
     cx.grid(True, alpha=0.3)
     if ok:
         cx.legend(fontsize=8)
-    report.save_figure(fig, curves_path(path), title, title_size=9)
+    # This figure is 8 inches wide: the 140-column title of the wide one would be cut at both sides.
+    report.save_figure(fig, curves_path(path), textwrap.fill(title.replace("\n", " "), 100), title_size=9)
 
