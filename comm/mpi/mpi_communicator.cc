@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -18,9 +19,11 @@
 #include "comm/comm_util.h"
 #include "comm/host_stage.h"
 #include "comm/mpi/mpi_family.h"
+#include "comm/mpi/mpi_ring.h"
 #include "comm/staged_allreduce.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/error.h"
+#include "src/core/env.h"
 
 namespace gradcomp {
 namespace {
@@ -31,7 +34,7 @@ using mpi::to_int;
 // What MPI reads and writes during one operation. Reused from call to call; handed to the graveyard with the request
 // when the operation is abandoned.
 struct OpBuffers {
-  std::vector<std::byte> send, recv;
+  std::vector<std::byte> send, recv, scratch;
   std::vector<int> counts, displs, recv_counts, recv_displs;
 };
 
@@ -43,7 +46,11 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
  public:
   // `comm` is the family's root (not freed here) or a communicator split from a member (freed here while unbroken).
   MpiCommunicator(MPI_Comm comm, std::shared_ptr<mpi::MpiFamily> family, std::chrono::milliseconds timeout)
-      : comm_(comm), family_(std::move(family)), timeout_(timeout), ops_(std::make_shared<OpBuffers>()) {
+      : comm_(comm),
+        family_(std::move(family)),
+        timeout_(timeout),
+        ring_min_bytes_(ring_min_bytes_from_env()),
+        ops_(std::make_shared<OpBuffers>()) {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
@@ -74,12 +81,11 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
     }
     const int count = to_int(inout.numel(), "allreduce element count", rank_);
     enter("allreduce");
-    OpBuffers& b = *ops_;
-    b.send.resize(inout.bytes());
-    b.recv.resize(inout.bytes());
-    copy_bytes(b.send.data(), inout.data(), inout.bytes());
-    reduce_owned(b.send.data(), b.recv.data(), count, inout.dtype(), op, inout.bytes());
-    copy_bytes(inout.data(), b.recv.data(), inout.bytes());
+    const std::shared_ptr<OpBuffers> ops = ops_;  // kept: an abandoned request swaps ops_ for fresh buffers
+    ops->send.resize(inout.bytes());
+    copy_bytes(ops->send.data(), inout.data(), inout.bytes());
+    const std::byte* result = reduce_owned(*ops, 0, count, inout.dtype(), op, inout.bytes());
+    copy_bytes(inout.data(), result, inout.bytes());
     if (op == ReduceOp::kAverage) comm::divide_by(inout.data(), inout.numel(), inout.dtype(), size_);
   }
 
@@ -96,13 +102,15 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
                    rank_, filled.count, dtype_name(filled.dtype), filled.offset, filled.bytes, capacity);
     comm::check_reduce(filled.dtype, ReduceOp::kSum, "mpi", rank_);
     const int count = to_int(filled.count, "allreduce element count", rank_);
-    const std::size_t end = filled.offset + filled.count * element;
-    ops->recv.resize(filled.bytes);
-    copy_bytes(ops->recv.data(), ops->send.data(), filled.offset);
-    copy_bytes(ops->recv.data() + end, ops->send.data() + end, filled.bytes - end);
-    reduce_owned(ops->send.data() + filled.offset, ops->recv.data() + filled.offset, count, filled.dtype,
-                 ReduceOp::kSum, filled.count * element);
-    drain(std::span<const std::byte>(ops->recv.data(), filled.bytes));
+    const std::byte* body = reduce_owned(*ops, filled.offset, count, filled.dtype, ReduceOp::kSum,
+                                         filled.count * element);
+    const std::byte* result = body - filled.offset;
+    if (result != ops->send.data()) {  // reduced into the receive buffer: the bytes around the array come along
+      const std::size_t end = filled.offset + filled.count * element;
+      copy_bytes(ops->recv.data(), ops->send.data(), filled.offset);
+      copy_bytes(ops->recv.data() + end, ops->send.data() + end, filled.bytes - end);
+    }
+    drain(std::span<const std::byte>(result, filled.bytes));
   }
 
   void allgather(std::span<const std::byte> send, std::span<std::byte> recv) override {
@@ -232,10 +240,13 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
     throw CommError(fmt::format("mpi communicator: {}", what));
   }
 
-  // MPI_Iallreduce of `count` elements from `send` into `recv` (both owned by ops_) completed by wait(). Separate
-  // send and receive buffers (not MPI_IN_PLACE): Open MPI's libnbc then uses its ring for large messages instead of a
-  // binomial reduce + broadcast. kAverage sums here (the caller divides).
-  void reduce_owned(std::byte* send, std::byte* recv, int count, DType dtype, ReduceOp op, std::size_t bytes) {
+  // Reduces the `count` elements at byte `offset` of ops.send (`bytes` long) across ranks and returns where the result
+  // lies: in place (our ring, comm/mpi/mpi_ring.h, for arrays of at least ring_min_bytes_), or at the same offset of
+  // ops.recv (MPI_Iallreduce, latency-bound sizes; separate send and receive buffers, not MPI_IN_PLACE: Open MPI's
+  // libnbc then uses its ring for large messages instead of a binomial reduce + broadcast). kAverage sums here (the
+  // caller divides).
+  const std::byte* reduce_owned(OpBuffers& ops, std::size_t offset, int count, DType dtype, ReduceOp op,
+                                std::size_t bytes) {
     MPI_Op mpi_op = MPI_SUM;
     if (dtype == DType::kF16 || dtype == DType::kBF16) {
       mpi_op = mpi::half_sum_op(dtype);
@@ -244,10 +255,38 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
     } else if (op == ReduceOp::kMin) {
       mpi_op = MPI_MIN;
     }
+    std::byte* send = ops.send.data() + offset;
+    if (size_ > 1 && bytes >= ring_min_bytes_ && count >= size_) {
+      const auto start = std::chrono::steady_clock::now();
+      mpi::RingHooks hooks;
+      hooks.idle = [&](unsigned passes, const mpi::RingHooks::InFlight& in_flight) {
+        pace(passes, start, "allreduce", bytes, in_flight);
+      };
+      hooks.fail = [&](int rc, std::string_view call, const mpi::RingHooks::InFlight& in_flight) {
+        abandon(in_flight());
+        check(rc, call, bytes);
+      };
+      mpi::ring_allreduce(send, static_cast<std::size_t>(count), mpi::datatype(dtype), dtype_size(dtype), mpi_op,
+                          comm_, ops.scratch, hooks);
+      return send;
+    }
+    ops.recv.resize(ops.send.size());
+    std::byte* recv = ops.recv.data() + offset;
     MPI_Request request;
     check(MPI_Iallreduce(nonnull(send), nonnull(recv), count, mpi::datatype(dtype), mpi_op, comm_, &request),
           "MPI_Iallreduce", bytes);
     wait(request, "allreduce", bytes);
+    return recv;
+  }
+
+  // GRADCOMP_MPI_RING_MIN_BYTES: arrays of at least this many bytes take our ring; "off": none do.
+  static std::size_t ring_min_bytes_from_env() {
+    constexpr std::size_t kDefault = std::size_t{1} << 20;
+    const auto text = env::text("GRADCOMP_MPI_RING_MIN_BYTES");
+    if (!text) return kDefault;
+    if (*text == "off") return std::numeric_limits<std::size_t>::max();
+    return static_cast<std::size_t>(*env::integer("GRADCOMP_MPI_RING_MIN_BYTES", 0, std::numeric_limits<long long>::max(),
+                                                  "bytes (or 'off')"));
   }
 
   // The buffers of this call with `send` copied in and room for `recv_bytes`.
@@ -260,48 +299,54 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
   }
 
   // Gives up on `request`: it and the buffers it targets go to the graveyard, the communicator gets fresh ones.
-  void abandon(MPI_Request request) {
-    mpi::bury({request}, ops_);
+  void abandon(std::vector<MPI_Request> requests) {
+    mpi::bury(std::move(requests), ops_);
     ops_ = std::make_shared<OpBuffers>();
   }
 
   // Completes `request` by polling MPI_Test until the deadline, watching for another rank's failure meanwhile.
   void wait(MPI_Request& request, std::string_view op, std::size_t bytes) {
     const auto start = std::chrono::steady_clock::now();
-    const auto deadline = start + timeout_;
-    for (unsigned spins = 0;; ++spins) {
+    for (unsigned spins = 1;; ++spins) {
       int done = 0;
       const int rc = MPI_Test(&request, &done, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) {
-        abandon(request);
+        abandon({request});
         check(rc, fmt::format("{} (MPI_Test)", op), bytes);
       }
       if (done) return;
-      if (family_->poll()) {
-        abandon(request);
-        throw CommError(fmt::format("mpi communicator: {} of {} bytes abandoned on {} after {} ms: another rank "
-                                    "failed first ({})",
-                                    op, bytes, where(), comm::ms_since(start), family_->failure()));
-      }
-      if (std::chrono::steady_clock::now() > deadline) {
-        abandon(request);
-        const std::string what = fmt::format("{}: {} of {} bytes timed out after {} ms (limit {} ms): a peer rank is "
-                                             "missing, dead or stuck",
-                                             where(), op, bytes, comm::ms_since(start), timeout_.count());
-        family_->fail(what);
-        throw Timeout(fmt::format("mpi communicator: {}", what));
-      }
-      // Spin briefly for latency, yield, then nap: 20 us naps for the first ~40 ms, 200 us naps after that. Ranks
-      // that share cores (oversubscribed runs) need the CPU for their own reductions and compression; a 200 us nap
-      // still polls the TCP progress engine often enough to keep a 1 Gbit/s link's socket buffers (25 KB per nap)
-      // moving (docs/comm.md).
-      if (spins > 192) {
-        std::this_thread::sleep_for(std::chrono::microseconds(200));
-      } else if (spins > 128) {
-        std::this_thread::sleep_for(std::chrono::microseconds(20));
-      } else if (spins > 64) {
-        std::this_thread::yield();
-      }
+      pace(spins, start, op, bytes, [&] { return std::vector<MPI_Request>{request}; });
+    }
+  }
+
+  // Between two polls of operation `op` (started at `start`; `spins` polls without progress so far): throws
+  // CommError when another rank failed, Timeout when the deadline passed (both after abandoning `in_flight`);
+  // otherwise spins briefly for latency, yields, then naps: 20 us naps for the first ~40 ms, 200 us naps after that.
+  // Ranks that share cores (oversubscribed runs) need the CPU for their own reductions and compression; a 200 us nap
+  // still polls the TCP progress engine often enough to keep a 1 Gbit/s link's socket buffers (25 KB per nap) moving
+  // (docs/comm.md).
+  void pace(unsigned spins, std::chrono::steady_clock::time_point start, std::string_view op, std::size_t bytes,
+            const mpi::RingHooks::InFlight& in_flight) {
+    if (family_->poll()) {
+      abandon(in_flight());
+      throw CommError(fmt::format("mpi communicator: {} of {} bytes abandoned on {} after {} ms: another rank "
+                                  "failed first ({})",
+                                  op, bytes, where(), comm::ms_since(start), family_->failure()));
+    }
+    if (std::chrono::steady_clock::now() > start + timeout_) {
+      abandon(in_flight());
+      const std::string what = fmt::format("{}: {} of {} bytes timed out after {} ms (limit {} ms): a peer rank is "
+                                           "missing, dead or stuck",
+                                           where(), op, bytes, comm::ms_since(start), timeout_.count());
+      family_->fail(what);
+      throw Timeout(fmt::format("mpi communicator: {}", what));
+    }
+    if (spins > 192) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    } else if (spins > 128) {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    } else if (spins > 64) {
+      std::this_thread::yield();
     }
   }
 
@@ -328,6 +373,7 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
   int rank_ = 0, size_ = 1;
   bool owns_comm_ = false;
   std::chrono::milliseconds timeout_;
+  std::size_t ring_min_bytes_;
   std::optional<int> node_color_;
   std::shared_ptr<OpBuffers> ops_;
 };
