@@ -11,14 +11,18 @@
 #   --models LIST    mlp (25M-parameter, communication-bound), alexnet (default mlp,alexnet)
 #   --ranks N        default 4;  --steps N timed steps (default 5);  --warmup N (default 2)
 #   --image-size PX  alexnet's input (default 224; smaller runs faster)
+#   --rows LIST      which runs, comma-separated FRAMEWORK:COMPRESSION, e.g. horovod:none,gradcomp:none
+#                    (default all six: horovod none/fp16, gradcomp none/fp16/topk:ratio=0.01/dgc:ratio=0.001)
+#   --repeat N       run the rows N times, alternating (default 1), to see the noise beside a ratio
 #   --out DIR        where results.jsonl and table.md go (default bench-peers-<date>)
 #   --gradcomp-python PY   the interpreter that imports gradcomp (default .venv/bin/python)
 #   --horovod-venv DIR     default .peers/horovod
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
-links=none,1gbit,100mbit models=mlp,alexnet ranks=4 steps=5 warmup=2 image=224
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+links=none,1gbit,100mbit models=mlp,alexnet ranks=4 steps=5 warmup=2 image=224 repeat=1
+rows="horovod:none,gradcomp:none,horovod:fp16,gradcomp:fp16,gradcomp:topk:ratio=0.01,gradcomp:dgc:ratio=0.001"
 out="bench-peers-$(date +%Y%m%d-%H%M)" gc_py=$ROOT/.venv/bin/python hvd_venv=$ROOT/.peers/horovod
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -28,6 +32,8 @@ while [ $# -gt 0 ]; do
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --image-size) image=$2; shift 2 ;;
+    --rows) rows=$2; shift 2 ;;
+    --repeat) repeat=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --gradcomp-python) gc_py=$2; shift 2 ;;
     --horovod-venv) hvd_venv=$2; shift 2 ;;
@@ -61,10 +67,12 @@ run_one() {  # link model framework compression
 
 for link in ${links//,/ }; do
   for model in ${models//,/ }; do
-    for run in "horovod none" "gradcomp none" "horovod fp16" "gradcomp fp16" \
-               "gradcomp topk:ratio=0.01" "gradcomp dgc:ratio=0.001"; do
-      # shellcheck disable=SC2086
-      run_one "$link" "$model" $run
+    for ((pass = 0; pass < repeat; ++pass)); do
+      for row in ${rows//,/ }; do
+        fw=${row%%:*}
+        case "$fw" in horovod|gradcomp) ;; *) echo "horovod.sh: bad row '$row' (FRAMEWORK:COMPRESSION)" >&2; exit 2 ;; esac
+        run_one "$link" "$model" "$fw" "${row#*:}"
+      done
     done
   done
 done
