@@ -7,7 +7,9 @@
 #
 # usage: bench/peers/horovod.sh [--links LIST] [--models LIST] [--ranks N] [--steps N] [--warmup N]
 #                               [--image-size PX] [--out DIR] [--gradcomp-python PY] [--horovod-venv DIR]
-#   --links LIST     comma-separated: none (unshaped), 1gbit, 100mbit, ... (default none,1gbit,100mbit)
+#   --links LIST     comma-separated: none (unshaped), 1gbit, 100mbit, ... (one shaped loopback that all ranks
+#                    share: its rate is the aggregate), or hosts:RATE (one emulated host per rank, each with its
+#                    own RATE uplink: bench/net/cluster.sh RANKS 1 --link RATE) (default none,1gbit,100mbit)
 #   --models LIST    mlp (25M-parameter, communication-bound), alexnet (default mlp,alexnet)
 #   --ranks N        default 4;  --steps N timed steps (default 5);  --warmup N (default 2)
 #   --image-size PX  alexnet's input (default 224; smaller runs faster)
@@ -20,7 +22,7 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 links=none,1gbit,100mbit models=mlp,alexnet ranks=4 steps=5 warmup=2 image=224 repeat=1
 rows="horovod:none,gradcomp:none,horovod:fp16,gradcomp:fp16,gradcomp:topk:ratio=0.01,gradcomp:dgc:ratio=0.001"
 out="bench-peers-$(date +%Y%m%d-%H%M)" gc_py=$ROOT/.venv/bin/python hvd_venv=$ROOT/.peers/horovod
@@ -51,14 +53,19 @@ echo "# started $(date -u +%FT%TZ), load $(cut -d' ' -f1-3 /proc/loadavg)" >"$ou
 run_one() {  # link model framework compression
   local link=$1 model=$2 fw=$3 comp=$4 py=$gc_py
   [ "$fw" = horovod ] && py=$hvd_venv/bin/python
+  local prog=("$py" bench/peers/peer_train.py --framework "$fw" --model "$model" --compression "$comp"
+              --steps "$steps" --warmup "$warmup" --image-size "$image" --label "$link")
   local cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$ranks" -x OMP_NUM_THREADS=1 -x PYTHONPATH
-             "$py" bench/peers/peer_train.py --framework "$fw" --model "$model" --compression "$comp"
-             --steps "$steps" --warmup "$warmup" --image-size "$image" --label "$link")
+             "${prog[@]}")
   echo "[peers] $link $model $fw $comp" | tee -a "$out/run.log" >&2
   local line
   if [ "$link" = none ]; then
     line=$(OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo \
       timeout 3600 "${cmd[@]}" 2>>"$out/run.log" | grep '^{' || true)
+  elif [[ "$link" == hosts:* ]]; then
+    local cluster=(bench/net/cluster.sh "$ranks" 1 --link "${link#hosts:}" --timeout 3600 --mpi-arg --bind-to
+                   --mpi-arg none --mpi-arg -x --mpi-arg OMP_NUM_THREADS=1 --mpi-arg -x --mpi-arg PYTHONPATH --)
+    line=$("${cluster[@]}" "${prog[@]}" 2>>"$out/run.log" | grep '^{' || true)
   else
     line=$(timeout 3600 bench/net/shaped.sh "$link" -- "${cmd[@]}" 2>>"$out/run.log" | grep '^{' || true)
   fi
