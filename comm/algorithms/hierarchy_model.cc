@@ -15,16 +15,19 @@ namespace gradcomp {
 
 namespace {
 
-// Seconds of the fastest of `repeats` calls of `op` on `comm` (each after a barrier).
-double fastest(Communicator& comm, const std::function<void()>& op, int repeats) {
-  double best = 1e30;
+// Seconds of the median of `repeats` calls of `op` on `comm` (each after a barrier). Not the fastest: on shared cores a
+// lucky call of one level (an intra-node allreduce that happened to have the CPUs to itself) made the hierarchical
+// mode look up to 3x cheaper than it runs (docs/performance.md, the auto policy with our MPI ring).
+double typical(Communicator& comm, const std::function<void()>& op, int repeats) {
+  std::vector<double> times;
   for (int i = 0; i < repeats; ++i) {
     comm.barrier();
     const auto start = std::chrono::steady_clock::now();
     op();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
-  return best;
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
 }
 
 // latency + bytes / bandwidth through a tiny and a `bytes` call.
@@ -38,8 +41,8 @@ LinkCost measure_allreduce(Communicator& comm, std::size_t probe_bytes) {
   auto run = [&](std::vector<float>& v) {
     return [&comm, &v] { comm.allreduce(TensorView(v.data(), v.size(), DType::kF32), ReduceOp::kSum); };
   };
-  fastest(comm, run(large), 1);  // warm-up: connections, buffers
-  return fit(fastest(comm, run(small), 5), fastest(comm, run(large), 3), large.size() * sizeof(float));
+  typical(comm, run(large), 1);  // warm-up: connections, buffers
+  return fit(typical(comm, run(small), 5), typical(comm, run(large), 3), large.size() * sizeof(float));
 }
 
 LinkCost measure_allgather(Communicator& comm, std::size_t probe_bytes) {
@@ -49,8 +52,8 @@ LinkCost measure_allgather(Communicator& comm, std::size_t probe_bytes) {
   auto run = [&](std::vector<std::byte>& in, std::vector<std::byte>& out) {
     return [&comm, &in, &out] { comm.allgather(in, out); };
   };
-  fastest(comm, run(large_in, large_out), 1);
-  return fit(fastest(comm, run(small_in, small_out), 5), fastest(comm, run(large_in, large_out), 3),
+  typical(comm, run(large_in, large_out), 1);
+  return fit(typical(comm, run(small_in, small_out), 5), typical(comm, run(large_in, large_out), 3),
              static_cast<double>(probe_bytes));
 }
 

@@ -5,12 +5,15 @@
 // buffers this communicator owns: an abandoned collective cannot write into memory the caller freed.
 #include "comm/mpi/mpi_support.h"
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -81,6 +84,7 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
     }
     const int count = to_int(inout.numel(), "allreduce element count", rank_);
     enter("allreduce");
+    learn_layout(inout.bytes());
     const std::shared_ptr<OpBuffers> ops = ops_;  // kept: an abandoned request swaps ops_ for fresh buffers
     ops->send.resize(inout.bytes());
     copy_bytes(ops->send.data(), inout.data(), inout.bytes());
@@ -91,6 +95,7 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
 
   void allreduce_staged(std::size_t capacity, const Fill& fill, const Drain& drain) override {
     enter("allreduce");
+    learn_layout(capacity);
     const std::shared_ptr<OpBuffers> ops = ops_;  // kept: an abandoned request swaps ops_ for fresh buffers
     ops->send.resize(capacity);
     const Filled filled = fill(std::span<std::byte>(ops->send.data(), capacity));
@@ -256,7 +261,7 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
       mpi_op = MPI_MIN;
     }
     std::byte* send = ops.send.data() + offset;
-    if (size_ > 1 && bytes >= ring_min_bytes_ && count >= size_) {
+    if (size_ > 1 && bytes >= ring_min_bytes_ && count >= size_ && ring_suits_layout()) {
       const auto start = std::chrono::steady_clock::now();
       mpi::RingHooks hooks;
       hooks.idle = [&](unsigned passes, const mpi::RingHooks::InFlight& in_flight) {
@@ -277,6 +282,34 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
           "MPI_Iallreduce", bytes);
     wait(request, "allreduce", bytes);
     return recv;
+  }
+
+  // Whether the ring suits where the ranks run: one node, or one rank per node. With several nodes of several ranks a
+  // flat ring crosses each node's uplink with 1.5x the array (2 x 2 ranks) where MPI's recursive halving sends it once
+  // (docs/comm.md); those jobs keep MPI_Iallreduce (or take the hierarchical mode). Learned by learn_layout().
+  bool ring_suits_layout() const { return ring_layout_.value_or(false); }
+
+  // Before the first allreduce that may take the ring (`bytes`: its size, or the staged call's capacity, equal on
+  // every rank), learns the layout: nodes of GRADCOMP_LOCAL_SIZE consecutive ranks when set (bench/net/cluster.sh sets
+  // it), else one node per host name (MPI_Get_processor_name) — an allgather every rank reaches in the same call,
+  // timed like every other, made before the call's own buffers are filled (it uses them).
+  void learn_layout(std::size_t bytes) {
+    if (size_ == 1 || bytes < ring_min_bytes_ || ring_layout_) return;
+    std::vector<std::string> nodes(static_cast<std::size_t>(size_));
+    if (const auto local = comm::local_size_from_env()) {
+      for (int r = 0; r < size_; ++r) nodes[r] = std::to_string(r / *local);
+    } else {
+      std::array<char, MPI_MAX_PROCESSOR_NAME + 1> mine{};
+      int length = 0;
+      MPI_Get_processor_name(mine.data(), &length);
+      std::vector<char> all(mine.size() * static_cast<std::size_t>(size_));
+      allgather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)));
+      for (int r = 0; r < size_; ++r) nodes[r] = std::string(all.data() + r * mine.size());
+    }
+    std::vector<std::string> distinct = nodes;
+    std::sort(distinct.begin(), distinct.end());
+    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
+    ring_layout_ = distinct.size() == 1 || distinct.size() == nodes.size();
   }
 
   // GRADCOMP_MPI_RING_MIN_BYTES: arrays of at least this many bytes take our ring; "off": none do.
@@ -374,6 +407,7 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
   bool owns_comm_ = false;
   std::chrono::milliseconds timeout_;
   std::size_t ring_min_bytes_;
+  std::optional<bool> ring_layout_;  // ring_suits_layout(), once known
   std::optional<int> node_color_;
   std::shared_ptr<OpBuffers> ops_;
 };

@@ -37,8 +37,8 @@ struct NodeGroups {
 NodeGroups make_node_groups(Communicator& world);
 
 // Collective over `world`: learns `groups.links` by timing a small and a `probe_bytes` allreduce inside each node and
-// then between the leaders (latency and bandwidth of a ring step; the slowest node's and the leaders' figures, the
-// same on every rank). Costs a few probe allreduces (about 4 * probe_bytes moved per level); call once.
+// then between the leaders (latency and bandwidth of a ring step, each from the median of a few calls; the slowest
+// node's and the leaders' figures, the same on every rank). Costs a few probe allreduces (about 4 * probe_bytes moved per level); call once.
 void learn_links(Communicator& world, NodeGroups& groups, std::size_t probe_bytes = std::size_t{4} << 20);
 
 struct AllreduceOptions {
