@@ -175,11 +175,14 @@ EOF
     # stdout as it is; stderr also kept in mpirun.err (a pipeline, so tee has written all of it before it is read)
     { ip netns exec "$(host_ns 0)" mpirun --allow-run-as-root --oversubscribe --bind-to none \
         -np $(( hosts * per_host )) --hostfile "$work/hostfile" --map-by slot \
-        --mca plm_rsh_agent "$work/rsh" --mca plm_rsh_no_tree_spawn 1 \
+        --mca plm_rsh_agent "$work/rsh" --mca plm_rsh_no_tree_spawn 1 --mca rtc_hwloc_vmhole none \
         --mca btl self,vader,tcp --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \
         -x GRADCOMP_LOCAL_SIZE -x PATH "${mpi_args[@]}" "$@" 2>&1 >&3 3>&- | tee "$work/mpirun.err" >&2 3>&-
       status=${PIPESTATUS[0]}; } 3>&1
     # A daemon that did not start (ORTE's own error, before any rank ran) is retried once; a failing program is not.
+    # (rtc_hwloc_vmhole none above: an orted sharing its hwloc topology through shared memory mapped at a "VM hole"
+    # segfaulted in hwloc_shmem_topology_write on both attempts of one CI run; without the share, each rank reads the
+    # topology itself.)
     if [ $status -ne 0 ] && [ $attempt -eq 1 ] && [ ! -e "$work/timed-out" ] &&
        grep -qE "unable to reliably start|failed to start|lost communication with a remote daemon|internal error has occurred in ORTE" "$work/mpirun.err"; then
       echo "cluster.sh: Open MPI could not start its daemons on every host (above); launching again" >&2
