@@ -290,22 +290,24 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
   bool ring_suits_layout() const { return ring_layout_.value_or(false); }
 
   // Before the first allreduce that may take the ring (`bytes`: its size, or the staged call's capacity, equal on
-  // every rank), learns the layout: nodes of GRADCOMP_LOCAL_SIZE consecutive ranks when set (bench/net/cluster.sh sets
-  // it), else one node per host name (MPI_Get_processor_name) — an allgather every rank reaches in the same call,
-  // timed like every other, made before the call's own buffers are filled (it uses them).
+  // every rank), learns the layout: each rank's node is its world rank / GRADCOMP_LOCAL_SIZE when that is set
+  // (bench/net/cluster.sh sets it), else its host name (MPI_Get_processor_name); every rank's node comes from an
+  // allgather every rank reaches in the same call, timed like every other, made before the call's own buffers are
+  // filled (it uses them).
   void learn_layout(std::size_t bytes) {
     if (size_ == 1 || bytes < ring_min_bytes_ || ring_layout_) return;
-    std::vector<std::string> nodes(static_cast<std::size_t>(size_));
+    std::array<char, MPI_MAX_PROCESSOR_NAME + 1> mine{};
     if (const auto local = comm::local_size_from_env()) {
-      for (int r = 0; r < size_; ++r) nodes[r] = std::to_string(r / *local);
+      const std::string node = fmt::format("GRADCOMP_LOCAL_SIZE node {}", family_->root_rank() / *local);
+      std::copy(node.begin(), node.end(), mine.begin());
     } else {
-      std::array<char, MPI_MAX_PROCESSOR_NAME + 1> mine{};
       int length = 0;
       MPI_Get_processor_name(mine.data(), &length);
-      std::vector<char> all(mine.size() * static_cast<std::size_t>(size_));
-      allgather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)));
-      for (int r = 0; r < size_; ++r) nodes[r] = std::string(all.data() + r * mine.size());
     }
+    std::vector<char> all(mine.size() * static_cast<std::size_t>(size_));
+    allgather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)));
+    std::vector<std::string> nodes(static_cast<std::size_t>(size_));
+    for (int r = 0; r < size_; ++r) nodes[r] = std::string(all.data() + r * mine.size());
     std::vector<std::string> distinct = nodes;
     std::sort(distinct.begin(), distinct.end());
     distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
