@@ -320,8 +320,9 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
     const auto text = env::text("GRADCOMP_MPI_RING_MIN_BYTES");
     if (!text) return kDefault;
     if (*text == "off") return std::numeric_limits<std::size_t>::max();
-    return static_cast<std::size_t>(*env::integer("GRADCOMP_MPI_RING_MIN_BYTES", 0, std::numeric_limits<long long>::max(),
-                                                  "bytes (or 'off')"));
+    const auto bytes = env::integer("GRADCOMP_MPI_RING_MIN_BYTES", 0, std::numeric_limits<long long>::max(),
+                                    "bytes (or 'off')");
+    return static_cast<std::size_t>(*bytes);
   }
 
   // The buffers of this call with `send` copied in and room for `recv_bytes`.

@@ -74,8 +74,12 @@ class Ring {
   static int mod(int a, int n) { return ((a % n) + n) % n; }
 
   // The block rank sends at step t; it receives at step t what it sends at step t+1.
-  int send_block(int t) const { return t < ranks_ - 1 ? mod(rank_ - t, ranks_) : mod(rank_ + 1 - (t - ranks_ + 1), ranks_); }
-  int recv_block(int t) const { return t < ranks_ - 1 ? mod(rank_ - t - 1, ranks_) : mod(rank_ - (t - ranks_ + 1), ranks_); }
+  int send_block(int t) const {
+    return t < ranks_ - 1 ? mod(rank_ - t, ranks_) : mod(rank_ + 1 - (t - ranks_ + 1), ranks_);
+  }
+  int recv_block(int t) const {
+    return t < ranks_ - 1 ? mod(rank_ - t - 1, ranks_) : mod(rank_ - (t - ranks_ + 1), ranks_);
+  }
 
   // Element range [first, first + n) of segment j of block b.
   std::size_t first(int b, std::size_t j) const {

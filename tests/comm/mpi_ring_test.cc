@@ -84,7 +84,9 @@ TEST(MpiRing, FloatSumsAgreeBitwiseAcrossRanks) {
       const std::vector<float> theirs = input(q, count, false);
       for (std::size_t i = 0; i < count; ++i) want[i] += theirs[i];
     }
-    for (std::size_t i = 0; i < count; ++i) ASSERT_NEAR(got[i], want[i] / n, 1e-5) << "count " << count << " element " << i;
+    for (std::size_t i = 0; i < count; ++i) {
+      ASSERT_NEAR(got[i], want[i] / n, 1e-5) << "count " << count << " element " << i;
+    }
   }
 }
 
