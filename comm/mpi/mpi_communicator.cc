@@ -6,14 +6,12 @@
 #include "comm/mpi/mpi_support.h"
 
 #include <algorithm>
-#include <array>
 #include <chrono>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -209,7 +207,7 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
   int node_color() override {
     if (node_color_) return *node_color_;
     if (const auto local = comm::local_size_from_env()) {
-      node_color_ = rank_ / *local;
+      node_color_ = family_->root_rank() / *local;  // the world rank: a split communicator's ranks keep their node
       return *node_color_;
     }
     barrier();  // MPI_Comm_split_type blocks: make sure everybody is here first
@@ -290,28 +288,17 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
   bool ring_suits_layout() const { return ring_layout_.value_or(false); }
 
   // Before the first allreduce that may take the ring (`bytes`: its size, or the staged call's capacity, equal on
-  // every rank), learns the layout: each rank's node is its world rank / GRADCOMP_LOCAL_SIZE when that is set
-  // (bench/net/cluster.sh sets it), else its host name (MPI_Get_processor_name); every rank's node comes from an
-  // allgather every rank reaches in the same call, timed like every other, made before the call's own buffers are
-  // filled (it uses them).
+  // every rank), learns the layout from every rank's node_color() (the nodes the hierarchical mode uses): collectives
+  // every rank reaches in the same call, made before the call's own buffers are filled (they use them).
   void learn_layout(std::size_t bytes) {
     if (size_ == 1 || bytes < ring_min_bytes_ || ring_layout_) return;
-    std::array<char, MPI_MAX_PROCESSOR_NAME + 1> mine{};
-    if (const auto local = comm::local_size_from_env()) {
-      const std::string node = fmt::format("GRADCOMP_LOCAL_SIZE node {}", family_->root_rank() / *local);
-      std::copy(node.begin(), node.end(), mine.begin());
-    } else {
-      int length = 0;
-      MPI_Get_processor_name(mine.data(), &length);
-    }
-    std::vector<char> all(mine.size() * static_cast<std::size_t>(size_));
-    allgather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)));
-    std::vector<std::string> nodes(static_cast<std::size_t>(size_));
-    for (int r = 0; r < size_; ++r) nodes[r] = std::string(all.data() + r * mine.size());
-    std::vector<std::string> distinct = nodes;
+    const std::int32_t mine = node_color();
+    std::vector<std::int32_t> colors(static_cast<std::size_t>(size_));
+    allgather(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(colors)));
+    std::vector<std::int32_t> distinct = colors;
     std::sort(distinct.begin(), distinct.end());
     distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-    ring_layout_ = distinct.size() == 1 || distinct.size() == nodes.size();
+    ring_layout_ = distinct.size() == 1 || distinct.size() == colors.size();
   }
 
   // GRADCOMP_MPI_RING_MIN_BYTES: arrays of at least this many bytes take our ring; "off": none do.

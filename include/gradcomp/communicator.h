@@ -61,7 +61,7 @@ class Communicator {
 
   // Which "node" this rank lives on, for hierarchical collectives: equal values = same node. Collective on its first
   // call (the MPI backend may split by shared memory). GRADCOMP_LOCAL_SIZE=k overrides every backend: node =
-  // rank / k. Without it: MPI uses MPI_COMM_TYPE_SHARED, the other backends put every rank on node 0.
+  // rank / k (MPI: the world rank, also on a split communicator). Without it: MPI uses MPI_COMM_TYPE_SHARED, the other backends put every rank on node 0.
   virtual int node_color();
 };
 
