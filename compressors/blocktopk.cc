@@ -119,7 +119,7 @@ class BlockTopKCompressor final : public ErrorFeedbackCompressor {
     return total;
   }
 
-  void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) override {
+  void validate(const payload::View& view, std::size_t numel) const override {
     const payload::Header& header = view.header;
     GRADCOMP_CHECK_AS(CorruptPayload,
                       header.section_count == 2 && header.flags == 0 && header.param0 >= 1 &&
@@ -145,6 +145,14 @@ class BlockTopKCompressor final : public ErrorFeedbackCompressor {
     GRADCOMP_CHECK_AS(CorruptPayload, view.sections[1].size() == expected * sizeof(float),
                       "corrupt blocktopk payload: value section has {} bytes, the {} blocks need {}",
                       view.sections[1].size(), kb, expected * sizeof(float));
+  }
+
+  void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) override {
+    validate(view, numel);
+    const std::size_t block = view.header.param0;
+    const std::size_t kb = view.sections[0].size() / sizeof(std::int32_t);
+    std::vector<std::int32_t> ids(kb);
+    if (kb > 0) std::memcpy(ids.data(), view.sections[0].data(), kb * sizeof(std::int32_t));
     if (!accumulate && numel > 0) std::memset(out, 0, numel * sizeof(float));
     const std::byte* body = view.sections[1].data();
     std::size_t read = 0;

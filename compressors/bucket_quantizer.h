@@ -123,6 +123,12 @@ class BucketQuantizer final : public ErrorFeedbackCompressor {
     return payload::write_header(header, out);
   }
 
+  void validate(const payload::View& view, std::size_t numel) const override {
+    const std::size_t buckets = layout_.check(view, numel);
+    std::vector<float> scales(buckets);
+    read_scales(view, layout_.name, 0, buckets, scales.data());
+  }
+
   void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) override {
     const std::size_t buckets = layout_.check(view, numel);
     scales_.resize(buckets);

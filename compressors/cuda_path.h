@@ -46,8 +46,8 @@ class CudaPath {
   std::unique_ptr<CudaCodec> codec;  // null when the codec has no CUDA backend
   std::map<std::string, DeviceTensorState, std::less<>> states;
   std::map<int, DeviceScratch> scratch;  // by device ordinal
-  // By device ordinal: the gathered state of a call made of several tensors (CompressContext::segments), or of a
-  // skipped step; its buffers grow to the largest such call and are reused.
+  // By device ordinal: the zero state a skipped segment (nonfinite=skip) is encoded against; its buffers grow to
+  // the largest such segment and are reused.
   std::map<int, DeviceTensorState> work;
 };
 

@@ -215,9 +215,14 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
     return sections.total_bytes;
   }
 
-  void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) override {
+  void validate(const payload::View& view, std::size_t numel) const override {
     GRADCOMP_CHECK_AS(CorruptPayload, view.header.param0 == static_cast<std::uint32_t>(sparse::ValueType::kF32),
                       "corrupt dgc payload: value type {} (dgc sends f32 values, type 0)", view.header.param0);
+    sparse::validate_index_value(view, "dgc", numel);
+  }
+
+  void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) override {
+    validate(view, numel);
     sparse::decode_index_value(view, "dgc", out, numel, accumulate);
   }
 

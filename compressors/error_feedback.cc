@@ -1,10 +1,13 @@
 #include "compressors/error_feedback.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "compressors/cuda_path.h"
+#include "compressors/segmented_payload.h"
 #include "compressors/segments.h"
 #include "compressors/state_io.h"
 #include "gradcomp/config.h"
@@ -102,14 +105,11 @@ ErrorFeedbackCompressor::~ErrorFeedbackCompressor() = default;
 void ErrorFeedbackCompressor::reset_state() {
   drop_device_states();
   states_.clear();
-  resident_.clear();
-  resident_in_.clear();
 }
 
 std::string ErrorFeedbackCompressor::spec() const { return params_.canonical(param_specs_); }
 
 const TensorState* ErrorFeedbackCompressor::state_of(std::string_view name) const {
-  materialize(name);
   sync_to_host(name, /*drop_device=*/false);
   const auto it = states_.find(name);
   return it == states_.end() ? nullptr : &it->second;
@@ -138,202 +138,264 @@ TensorState& ErrorFeedbackCompressor::state_for(std::string_view name, std::size
   return states_.emplace(std::string(name), std::move(state)).first->second;
 }
 
+std::size_t ErrorFeedbackCompressor::payload_bound(std::size_t numel, std::span<const TensorSegment> segments) const {
+  if (segments.size() <= 1 || traits_.summable) return max_payload_bytes(numel);
+  std::vector<std::size_t> parts;
+  parts.reserve(segments.size());
+  for (const TensorSegment& segment : segments) parts.push_back(max_payload_bytes(segment.numel));
+  return payload::segmented_bound(parts);
+}
+
 std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<std::byte> out,
                                               const CompressContext& ctx) {
   GRADCOMP_CHECK(!ctx.name.empty(), "compressor '{}': CompressContext.name must name the tensor", name_);
   if (grad.device().is_cuda()) return compress_cuda(grad, out, ctx);
   check_float_dtype(grad, name_, fmt::format("gradient '{}'", ctx.name));
   const std::size_t n = grad.numel();
-  const std::size_t needed = max_payload_bytes(n);
+  const std::vector<TensorSegment> segments = resolve_segments(ctx, n, name_);
+  const std::size_t count = segments.size();
+  const std::size_t needed = payload_bound(n, segments);
   GRADCOMP_CHECK(out.size() >= needed, "compressor '{}': output buffer for '{}' has {} bytes, {} needed", name_,
                  ctx.name, out.size(), needed);
-  const std::vector<TensorSegment> segments = resolve_segments(ctx, n, name_);
-  // Several whole tensors: their state may stay resident in one block between calls (resident_work).
-  bool resident = segments.size() > 1;
-  for (const TensorSegment& segment : segments) {
-    resident = resident && segment.start == 0 && (segment.total == 0 || segment.total == segment.numel);
-  }
-  for (const TensorSegment& segment : segments) {
-    if (!resident) materialize(segment.name);
-    sync_to_host(segment.name, /*drop_device=*/true);
-  }
-
-  const float* values = nullptr;
-  if (grad.dtype() == DType::kF32) {
-    values = static_cast<const float*>(grad.data());
-  } else {
+  // Every size is checked before any state is created, so a refused call changes nothing.
+  for (const TensorSegment& segment : segments) check_state_size(segment.name, segment.total, ctx.rank);
+  for (const TensorSegment& segment : segments) sync_to_host(segment.name, /*drop_device=*/true);
+  const float* values = static_cast<const float*>(grad.data());
+  if (grad.dtype() != DType::kF32) {
     to_float(grad, scratch_in_);
     values = scratch_in_.data();
   }
-
-  stats_ = CompressStats{};
-  stats_.numel = n;
-  // Every size is checked before any state is created, so a refused call changes nothing.
-  for (const TensorSegment& segment : segments) check_state_size(segment.name, segment.total, ctx.rank);
   std::vector<TensorState*> states;
   for (const TensorSegment& segment : segments) states.push_back(&state_for(segment.name, segment.total, ctx.rank));
-  // One named tensor carried whole works on its own state; anything else on a gathered copy.
-  const bool whole = carried_whole(segments);
-  if (!whole && segments.size() == 1 && extra_state_buffers() == 0) {
-    // Part of one tensor (a scatter-reduce-allgather chunk): encode in place on its range of the tensor's state,
-    // no gather and scatter; only a gradient holding NaN/Inf takes the general path below (one read pass to know).
-    const std::size_t size = encode_slice(values, grad.dtype(), n, segments[0], *states[0], ctx, out);
-    if (size != kNotEncoded) return size;
+  stats_ = CompressStats{};
+  stats_.numel = n;
+
+  // The non-finite policy, decided before any state changes. A codec that fuses the scan counts inside its encode
+  // and writes the new residual aside (residual_next); the others (and chunks of a tensor) are scanned first.
+  const bool fused = fuses_nonfinite_scan() &&
+                     std::all_of(segments.begin(), segments.end(), [](const TensorSegment& s) { return is_whole(s); });
+  std::vector<char> zero(count, 0), dirty(count, 0);
+  if (!fused) {
+    for (std::size_t s = 0; s < count; ++s) {
+      std::size_t first = 0;
+      const std::size_t bad = count_nonfinite(values + segments[s].offset, segments[s].numel, threads_, first);
+      if (bad == 0) continue;
+      stats_.nonfinite += bad;
+      if (nonfinite_ == NonFinitePolicy::kRaise) {
+        throw_nonfinite(ctx, segments[s], bad, first, values[segments[s].offset + first]);
+      }
+      (nonfinite_ == NonFinitePolicy::kSkip ? zero : dirty)[s] = 1;
+    }
   }
-  TensorState& work = whole      ? *states[0]
-                      : resident ? resident_work(segments, states, ctx.name)
-                                 : gather_state(segments, states, ctx.name);
 
-  EncodeArgs args;
-  args.grad = values;
-  args.residual = ef_ ? work.buffers[0].data() : nullptr;
-  args.numel = n;
-  args.ctx = &ctx;
-  args.state = &work;
-  args.tensor_key = kernels::fnv1a64(ctx.name.data(), ctx.name.size());
-  args.original_dtype = grad.dtype();
-  args.threads = threads_;
-  std::size_t first_bad = n;
-
+  // Each segment as if alone, into its place in the output.
+  std::vector<std::vector<double>> scalars_before(fused ? count : 0);
+  std::vector<char> encoded(count, 0);
+  auto encode_at = [&](std::size_t s, std::span<std::byte> slot) {
+    const TensorSegment& segment = segments[s];
+    const float* input = values + segment.offset;
+    CompressStats part;
+    std::size_t first = segment.numel;
+    if (fused) scalars_before[s] = states[s]->scalars;
+    std::size_t size = encode_segment(input, segment, *states[s], ctx, grad.dtype(), zero[s], fused && !zero[s], slot,
+                                      part, first);
+    if (fused && part.nonfinite > 0) {
+      stats_.nonfinite += part.nonfinite;
+      if (nonfinite_ == NonFinitePolicy::kPass) {
+        dirty[s] = 1;
+      } else {
+        states[s]->scalars = scalars_before[s];
+        if (nonfinite_ == NonFinitePolicy::kRaise) {
+          for (std::size_t t = 0; t < count; ++t) {
+            if (encoded[t]) states[t]->scalars = scalars_before[t];
+          }
+          throw_nonfinite(ctx, segment, part.nonfinite, first, input[first]);
+        }
+        zero[s] = 1;
+        part = CompressStats{};
+        size = encode_segment(input, segment, *states[s], ctx, grad.dtype(), true, false, slot, part, first);
+      }
+    }
+    encoded[s] = 1;
+    stats_.selected += part.selected;
+    stats_.saturated += part.saturated;
+    return size;
+  };
   std::size_t size = 0;
-  if (fuses_nonfinite_scan()) {
-    // Fused path: encode() scans the gradient in its own pass and writes the new residual into the second buffer,
-    // so the policy is applied afterwards and raise/skip simply discard what encode() wrote.
-    GRADCOMP_ASSERT(extra_state_buffers() == 0, "compressor '{}' fuses the non-finite scan but keeps extra buffers",
-                    name_);
-    if (ef_) {
-      if (work.residual_next.size() != n) work.residual_next.assign(n, 0.0f);
-      args.residual_out = work.residual_next.data();
+  if (count == 1) {
+    size = encode_at(0, out);
+  } else if (traits_.summable) {
+    // One dense body: segment s's values go to its place in it. Encoded last to first, each segment's own 64-byte
+    // header lands on body bytes of the segments before it (or on the call's header), written after it.
+    const std::size_t wire = dtype_size(traits_.wire_dtype);
+    for (std::size_t s = count; s-- > 0;) {
+      const std::size_t bytes = payload::kHeaderBytes + segments[s].numel * wire;
+      const std::size_t written = encode_at(s, out.subspan(segments[s].offset * wire, bytes));
+      GRADCOMP_ASSERT(written == bytes, "summable codec '{}' wrote {} bytes for {} values", name_, written,
+                      segments[s].numel);
     }
-    args.first_nonfinite = &first_bad;
-    const std::vector<double> scalars_before = work.scalars;
-    size = encode(args, out, stats_);
-    if (stats_.nonfinite > 0 && nonfinite_ != NonFinitePolicy::kPass) {
-      work.scalars = scalars_before;
-      if (nonfinite_ == NonFinitePolicy::kRaise) throw_nonfinite(ctx, segments, values, first_bad);
-      if (resident) leave_residency(segments, args);
-      return encode_skipping(args, segments, states, out);
-    }
-    if (ef_) std::swap(work.buffers[0], work.residual_next);
+    payload::Header header;
+    header.codec = codec_;
+    header.numel = n;
+    header.dtype = grad.dtype();
+    header.section_count = 1;
+    header.section_bytes[0] = n * wire;
+    size = payload::write_header(header, out);
   } else {
-    stats_.nonfinite = count_nonfinite(values, n, threads_, first_bad);
-    if (stats_.nonfinite > 0) {
-      if (nonfinite_ == NonFinitePolicy::kRaise) throw_nonfinite(ctx, segments, values, first_bad);
-      if (nonfinite_ == NonFinitePolicy::kSkip) {
-        if (resident) leave_residency(segments, args);
-        return encode_skipping(args, segments, states, out);
+    payload::SegmentedWriter writer(codec_, n, grad.dtype(), count, out.size());
+    for (std::size_t s = 0; s < count; ++s) {
+      const std::size_t offset = writer.next_offset();
+      writer.commit(segments[s].numel, encode_at(s, out.subspan(offset, writer.room())));
+      std::memset(out.data() + writer.next_offset() - writer.padding_before(), 0, writer.padding_before());
+    }
+    const std::vector<std::byte> prefix = writer.prefix();
+    std::memcpy(out.data(), prefix.data(), prefix.size());
+    size = writer.total_bytes();
+  }
+
+  // Commit: the new state of every segment that took its step.
+  for (std::size_t s = 0; s < count; ++s) {
+    if (zero[s]) {
+      stats_.skipped = true;
+      continue;
+    }
+    TensorState& state = *states[s];
+    if (fused && ef_) std::swap(state.buffers[0], state.residual_next);
+    if (dirty[s]) {  // nonfinite=pass: no NaN/Inf is kept in any state buffer
+      for (auto& buffer : state.buffers) {
+        for (float& value : buffer) {
+          if (!std::isfinite(value)) value = 0.0f;
+        }
       }
     }
-    size = encode(args, out, stats_);
-  }
-  if (stats_.nonfinite > 0) {  // nonfinite=pass: no NaN/Inf is kept in any state buffer
-    for (auto& buffer : work.buffers) {
-      for (float& value : buffer) {
-        if (!std::isfinite(value)) value = 0.0f;
-      }
-    }
-  }
-  if (resident) {
-    call_scalars_.insert_or_assign(std::string(ctx.name), work.scalars);  // the block stays: nothing to scatter
-  } else if (!whole) {
-    scatter_state(segments, states, std::vector<bool>(segments.size(), true));
-    call_scalars_.insert_or_assign(std::string(ctx.name), work_.scalars);
-  }
-  for (std::size_t s = 0; s < segments.size(); ++s) {
-    if (segments[s].start == 0) ++states[s]->steps;  // once per step, also when a tensor is split into chunks
+    if (segments[s].start == 0) ++state.steps;  // once per step, also when a tensor is split into chunks
   }
   stats_.payload_bytes = size;
   return size;
 }
 
-
-std::size_t ErrorFeedbackCompressor::encode_slice(const float* values, DType dtype, std::size_t n,
-                                                  const TensorSegment& segment, TensorState& state,
-                                                  const CompressContext& ctx, std::span<std::byte> out) {
-  std::size_t first_bad = n;
-  if (count_nonfinite(values, n, threads_, first_bad) > 0) return kNotEncoded;
-  work_.numel = n;
-  work_.buffers.assign(1, {});
-  const auto scalars = call_scalars_.find(ctx.name);
-  work_.scalars = scalars == call_scalars_.end() ? std::vector<double>{} : scalars->second;
+std::size_t ErrorFeedbackCompressor::encode_segment(const float* values, const TensorSegment& segment,
+                                                    TensorState& state, const CompressContext& ctx, DType dtype,
+                                                    bool zero, bool fused, std::span<std::byte> slot,
+                                                    CompressStats& stats, std::size_t& first_bad) {
+  const std::size_t n = segment.numel;
+  CompressContext alone = ctx;
+  alone.name = segment.name;
+  alone.segments = {};
+  alone.step = segment_step(segment, ctx.step);
   EncodeArgs args;
   args.grad = values;
-  args.residual = ef_ ? state.buffers[0].data() + segment.start : nullptr;  // updated in place
   args.numel = n;
-  args.ctx = &ctx;
-  args.state = &work_;
-  args.tensor_key = kernels::fnv1a64(ctx.name.data(), ctx.name.size());
+  args.ctx = &alone;
+  args.tensor_key = segment_stream_key(segment);
   args.original_dtype = dtype;
   args.threads = threads_;
-  std::size_t ignored = n;
-  args.first_nonfinite = &ignored;
-  const std::size_t size = encode(args, out, stats_);
-  stats_.nonfinite = 0;
-  stats_.payload_bytes = size;
-  call_scalars_.insert_or_assign(std::string(ctx.name), work_.scalars);
-  if (segment.start == 0) ++state.steps;
-  return size;
+  args.first_nonfinite = &first_bad;
+  const std::size_t extra = extra_state_buffers();
+  if (zero || !is_whole(segment)) {
+    // A skipped segment (zeros against zero state) or a chunk (its range of the tensor's state): a working state.
+    slice_ = TensorState{};
+    slice_.numel = n;
+    slice_.buffers.assign(1 + extra, {});
+    slice_.scalars = state.scalars;
+    for (std::size_t b = 1; b <= extra; ++b) {
+      if (zero) {
+        slice_.buffers[b].assign(n, 0.0f);
+      } else {
+        const auto from = state.buffers[b].begin() + static_cast<std::ptrdiff_t>(segment.start);
+        slice_.buffers[b].assign(from, from + static_cast<std::ptrdiff_t>(n));
+      }
+    }
+    if (zero) {
+      zeros_.assign(n, 0.0f);
+      args.grad = zeros_.data();
+      if (ef_) slice_.buffers[0].assign(n, 0.0f);
+      args.residual = ef_ ? slice_.buffers[0].data() : nullptr;
+    } else {
+      args.residual = ef_ ? state.buffers[0].data() + segment.start : nullptr;  // updated in place
+    }
+    args.state = &slice_;
+    const std::size_t size = encode(args, slot, stats);
+    if (!zero) {
+      for (std::size_t b = 1; b <= extra; ++b) {
+        std::copy(slice_.buffers[b].begin(), slice_.buffers[b].end(),
+                  state.buffers[b].begin() + static_cast<std::ptrdiff_t>(segment.start));
+      }
+    }
+    return size;
+  }
+  args.state = &state;
+  args.residual = ef_ ? state.buffers[0].data() : nullptr;
+  if (fused && ef_) {
+    if (state.residual_next.size() != n) state.residual_next.assign(n, 0.0f);
+    args.residual_out = state.residual_next.data();
+  }
+  return encode(args, slot, stats);
 }
 
-
-void ErrorFeedbackCompressor::throw_nonfinite(const CompressContext& ctx, std::span<const TensorSegment> segments,
-                                              const float* values, std::size_t first_bad) const {
-  const TensorSegment& segment = segments[segment_of(segments, first_bad)];
-  const std::string inside =
-      ctx.segments.empty() ? std::string() : fmt::format(" (carried in '{}')", ctx.name);
+void ErrorFeedbackCompressor::throw_nonfinite(const CompressContext& ctx, const TensorSegment& segment,
+                                              std::size_t count, std::size_t index, float value) const {
+  const std::string inside = ctx.segments.empty() || ctx.name == segment.name
+                                 ? std::string()
+                                 : fmt::format(" (carried in '{}')", ctx.name);
   throw InvalidArgument(fmt::format(
       "compressor '{}': gradient '{}'{} on rank {} at step {} has {} non-finite value(s), the first at index {} "
       "({}); the error-feedback state was left untouched (use nonfinite=skip or nonfinite=pass to continue)",
-      name_, segment.name, inside, ctx.rank, ctx.step, stats_.nonfinite,
-      segment.start + (first_bad - segment.offset), values[first_bad]));
+      name_, segment.name, inside, ctx.rank, segment_step(segment, ctx.step), count, segment.start + index, value));
 }
 
-std::size_t ErrorFeedbackCompressor::encode_skipping(EncodeArgs args, std::span<const TensorSegment> segments,
-                                                     const std::vector<TensorState*>& states,
-                                                     std::span<std::byte> out) {
-  // nonfinite=skip: every segment holding NaN/Inf is sent as zeros (gradient and state both zero in the encode) and
-  // keeps its state exactly; the other segments of the call take their step as usual. Works on a gathered copy.
-  const std::size_t n = args.numel;
-  const std::string_view call = args.ctx->name;
-  std::vector<bool> keep(segments.size(), true);
-  masked_.assign(args.grad, args.grad + n);
-  TensorState& work = gather_state(segments, states, call);
-  if (args.state != &work_) work.scalars = args.state->scalars;
-  for (std::size_t s = 0; s < segments.size(); ++s) {
-    const TensorSegment& segment = segments[s];
-    const float* begin = masked_.data() + segment.offset;
-    keep[s] = std::all_of(begin, begin + segment.numel, [](float v) { return std::isfinite(v); });
-    if (keep[s]) continue;
-    std::fill_n(masked_.data() + segment.offset, segment.numel, 0.0f);
-    for (auto& buffer : work.buffers) {
-      if (!buffer.empty()) std::fill_n(buffer.data() + segment.offset, segment.numel, 0.0f);
-    }
-  }
-  args.grad = masked_.data();
-  args.state = &work;
-  args.residual = ef_ ? work.buffers[0].data() : nullptr;
-  args.residual_out = nullptr;
-  std::size_t ignored_first = n;
-  args.first_nonfinite = &ignored_first;
-  const std::size_t nonfinite = stats_.nonfinite;
-  const std::size_t size = encode(args, out, stats_);
-  stats_.nonfinite = nonfinite;  // a fusing codec counted the zeros
-  stats_.skipped = true;
-  stats_.payload_bytes = size;
-  scatter_state(segments, states, keep);  // codec scalars (diagnostics) of a skipped step are not kept
-  for (std::size_t s = 0; s < segments.size(); ++s) {
-    if (keep[s] && segments[s].start == 0) ++states[s]->steps;
-  }
-  return size;
+void ErrorFeedbackCompressor::validate(const payload::View&, std::size_t) const {}
+
+void ErrorFeedbackCompressor::check_state_size(std::string_view name, std::size_t numel, int rank) const {
+  const auto it = states_.find(name);
+  GRADCOMP_CHECK(it == states_.end() || it->second.numel == numel,
+                 "compressor '{}': tensor '{}' on rank {} has {} elements but its saved state has {} (did its shape "
+                 "change, or was state of another model loaded?)",
+                 name_, name, rank, numel, it == states_.end() ? 0 : it->second.numel);
 }
 
 void ErrorFeedbackCompressor::decompress(std::span<const std::byte> bytes, const TensorView& out, DecodeMode mode) {
+  check_float_dtype(out, name_, "decompress output");
+  // The header (and a segmented payload's table) is read on the host; a device payload's prefix is copied back.
+  std::array<std::byte, payload::kHeaderBytes> prefix{};
+  GRADCOMP_CHECK_AS(CorruptPayload, bytes.size() >= prefix.size(),
+                    "corrupt payload: {} bytes is shorter than the {}-byte header", bytes.size(), prefix.size());
+  read_prefix(bytes, prefix.data(), prefix.size(), out);
+  const payload::Header header = payload::decode_header(prefix, bytes.size());
+  if (!payload::is_segmented(header)) {
+    decompress_plain(bytes, out, mode);
+    return;
+  }
+  GRADCOMP_CHECK_AS(CorruptPayload, header.codec == codec_ && header.numel == out.numel(),
+                    "corrupt segmented payload: codec {} over {} elements where '{}' over {} was expected",
+                    payload::codec_name(header.codec), header.numel, name_, out.numel());
+  std::vector<std::byte> table(std::min<std::size_t>(header.section_bytes[0], bytes.size()));
+  read_prefix(bytes.subspan(payload::kHeaderBytes), table.data(), table.size(), out);
+  const std::vector<payload::Part> parts = payload::parse_segmented(header, table, bytes.size());
+  if (out.device().is_cpu()) {
+    // Every part is checked before any is decoded: a corrupt part leaves the whole output untouched.
+    for (const payload::Part& part : parts) {
+      const auto view = payload::parse(bytes.subspan(part.offset, part.bytes), codec_, static_cast<long long>(part.numel));
+      GRADCOMP_CHECK_AS(CorruptPayload, !payload::is_segmented(view.header) && view.header.dtype == header.dtype,
+                        "corrupt segmented payload: a part is itself segmented or of dtype {} (the payload's is {})",
+                        dtype_name(view.header.dtype), dtype_name(header.dtype));
+      validate(view, part.numel);
+    }
+  }
+  for (const payload::Part& part : parts) {
+    decompress_plain(bytes.subspan(part.offset, part.bytes), out.slice(part.element_offset, part.numel), mode);
+  }
+}
+
+void ErrorFeedbackCompressor::decompress_plain(std::span<const std::byte> bytes, const TensorView& out,
+                                               DecodeMode mode) {
   if (out.device().is_cuda()) {
     decompress_cuda(bytes, out, mode);
     return;
   }
-  check_float_dtype(out, name_, "decompress output");
   const auto view = payload::parse(bytes, codec_, static_cast<long long>(out.numel()));
+  GRADCOMP_CHECK_AS(CorruptPayload, !payload::is_segmented(view.header),
+                    "corrupt payload: a segmented '{}' payload nested inside another", name_);
   const bool accumulate = mode == DecodeMode::kAccumulate;
   if (out.dtype() == DType::kF32) {
     decode(view, static_cast<float*>(out.data()), out.numel(), accumulate);
@@ -350,6 +412,11 @@ void ErrorFeedbackCompressor::decompress(std::span<const std::byte> bytes, const
 
 #if !GRADCOMP_WITH_CUDA
 // Without CUDA there is no device state; compressors/error_feedback_cuda.cc defines these in CUDA builds.
+void ErrorFeedbackCompressor::read_prefix(std::span<const std::byte> payload, std::byte* dst, std::size_t n,
+                                          const TensorView&) const {
+  std::memcpy(dst, payload.data(), std::min(n, payload.size()));
+}
+
 void ErrorFeedbackCompressor::sync_to_host(std::string_view, bool) const {}
 void ErrorFeedbackCompressor::drop_device_states() {}
 
@@ -366,7 +433,6 @@ void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::byte>, const 
 #endif
 
 std::vector<std::byte> ErrorFeedbackCompressor::save_state() const {
-  materialize_all();
   sync_to_host({}, /*drop_device=*/false);
   ByteWriter writer;
   write_state_envelope(writer, name_, states_.size());
@@ -404,8 +470,6 @@ void ErrorFeedbackCompressor::load_state(std::span<const std::byte> bytes) {
   }
   GRADCOMP_CHECK_AS(CorruptPayload, reader.at_end(), "corrupt compressor state: {} trailing bytes", reader.remaining());
   drop_device_states();
-  resident_.clear();
-  resident_in_.clear();
   states_ = std::move(loaded);
 }
 

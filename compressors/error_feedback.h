@@ -71,6 +71,12 @@ struct EncodeArgs {
 class CudaPath;            // compressors/cuda_path.h
 struct DeviceTensorState;  // compressors/cuda_path.h
 
+// A call made of several tensors (CompressContext::segments) is compressed segment by segment, each exactly as it
+// would be alone: a summable (elementwise) codec writes each segment's values at its place in one dense body, any
+// other codec writes each segment as a complete payload inside a segmented container (compressors/
+// segmented_payload.h). Each segment works on its own tensor's state in place (no gather, no scatter), its random
+// streams are keyed by the tensor (segment_stream_key), and the non-finite policy applies to it alone; a call that
+// raises or is refused changes no state.
 class ErrorFeedbackCompressor : public Compressor {
  public:
   ErrorFeedbackCompressor(std::string name, payload::CodecId codec, CompressorTraits traits,
@@ -80,6 +86,7 @@ class ErrorFeedbackCompressor : public Compressor {
   std::string_view name() const override { return name_; }
   std::string spec() const override;
   CompressorTraits traits() const override { return traits_; }
+  std::size_t payload_bound(std::size_t numel, std::span<const TensorSegment> segments) const override;
   std::size_t compress(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx) override;
   void decompress(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode) override;
   std::vector<std::byte> save_state() const override;
@@ -102,6 +109,10 @@ class ErrorFeedbackCompressor : public Compressor {
   // Decodes a payload that parse() already validated against codec() and numel. `out` holds `numel` f32 values;
   // with accumulate it adds. Must validate section sizes and indices (throw CorruptPayload) before writing.
   virtual void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) = 0;
+  // Throws CorruptPayload unless decode(view, ..., numel, ...) would succeed; writes nothing. A segmented payload is
+  // validated part by part before any part is decoded, so a corrupt part leaves the whole output untouched. The
+  // default accepts everything (decode() still validates its own part).
+  virtual void validate(const payload::View& view, std::size_t numel) const;
   // Codec-specific state buffers (each numel floats) beyond the residual, e.g. DGC's momentum.
   virtual std::size_t extra_state_buffers() const { return 0; }
   // Opt-in fused non-finite scan. A codec returning true promises that its encode(), given EncodeArgs::residual_out
@@ -111,14 +122,15 @@ class ErrorFeedbackCompressor : public Compressor {
   // restored by the base when the step is not kept). The base then skips its separate scan pass over the gradient
   // and applies the non-finite policy after encode(): raise and skip discard residual_out (the state is untouched),
   // otherwise the two residual buffers swap. Under raise the output buffer's contents are then unspecified. Such a
-  // codec must still work in place when residual_out is null (the skip path's zero encode passes no residual).
+  // codec must still work in place when residual_out is null (chunks of a tensor and skipped segments use that).
   virtual bool fuses_nonfinite_scan() const { return false; }
   // CUDA path, taken automatically for tensors on a CUDA device. The default runs the codec's CudaCodec backend
   // (compressors/cuda_codec.h, listed in compressors/cuda_codecs.cc) with the state kept on the device, and throws
   // InvalidArgument for codecs without one or in builds without CUDA. `out` / `payload` are device memory (a host
   // payload is staged to the device for decode). Runs on grad.stream() / out.stream(); synchronizes that stream
-  // once per call (to learn the non-finite count and, for data-dependent sizes, the payload size).
+  // once per segment (to learn the non-finite count and, for data-dependent sizes, the payload size).
   virtual std::size_t compress_cuda(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx);
+  // Decodes one plain (not segmented) payload into a CUDA tensor.
   virtual void decompress_cuda(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode);
 
   payload::CodecId codec() const { return codec_; }
@@ -129,6 +141,17 @@ class ErrorFeedbackCompressor : public Compressor {
   TensorState& state_for(std::string_view name, std::size_t numel, int rank);
 
  private:
+  // Where one segment's payload goes in the call's output: `out` (a plain payload), `slot` (the segment's own
+  // span), and the part count / element counts of a segmented container or the body offset of an elementwise codec.
+  struct Layout;
+  Layout plan_layout(std::span<const TensorSegment> segments, std::size_t numel, DType dtype,
+                     std::span<std::byte> out) const;
+  // Encodes segment `segment` (its values at `values`) into `slot` as a complete payload with the state `state`
+  // (a zero gradient against zero state when `zero`). `fused`: the codec's fused scan writes the new residual into
+  // state.residual_next; otherwise the update is in place (on the segment's range of the state). Returns the size.
+  std::size_t encode_segment(const float* values, const TensorSegment& segment, TensorState& state,
+                             const CompressContext& ctx, DType dtype, bool zero, bool fused, std::span<std::byte> slot,
+                             CompressStats& stats, std::size_t& first_bad);
   // Host <-> device state coherence (no-ops without CUDA). sync_to_host: copy a device-newer state of `name` (or of
   // every name when empty) into the host TensorState; drop_device also frees the device copy.
   void sync_to_host(std::string_view name, bool drop_device) const;
@@ -136,26 +159,14 @@ class ErrorFeedbackCompressor : public Compressor {
   // CUDA builds: the host and device state of `name` (numel elements) on `device`, created (uploaded from the host
   // state when it has one) if missing, and ordered after its last writer on `stream` (a cudaStream_t).
   DeviceTensorState& device_state_for(std::string_view name, std::size_t numel, int device, void* stream, int rank);
-  // A call carrying part of one tensor (`segment`, no extra state buffers): when `values` hold no NaN/Inf, encodes
-  // in place on the segment's range of `state` and returns the payload size; else kNotEncoded and nothing changed.
-  static constexpr std::size_t kNotEncoded = ~std::size_t{0};
-  std::size_t encode_slice(const float* values, DType dtype, std::size_t n, const TensorSegment& segment,
-                           TensorState& state, const CompressContext& ctx, std::span<std::byte> out);
   // Throws InvalidArgument when `name` already has state of another size than `numel`.
   void check_state_size(std::string_view name, std::size_t numel, int rank) const;
-  // The state of a call made of several segments (or part of one tensor), gathered into work_ from the segments'
-  // own states; scatter_state writes work_'s buffers back into the segments marked in `keep`. A gathered call's
-  // codec scalars (diagnostics) are kept under the call's name in call_scalars_.
-  TensorState& gather_state(std::span<const TensorSegment> segments, const std::vector<TensorState*>& states,
-                            std::string_view call);
-  void scatter_state(std::span<const TensorSegment> segments, const std::vector<TensorState*>& states,
-                     const std::vector<bool>& keep);
-  // nonfinite=skip: encodes the call again with every segment that holds NaN/Inf replaced by zeros (gradient and
-  // state), keeps the state of those segments untouched and updates the others; returns the payload size.
-  std::size_t encode_skipping(EncodeArgs args, std::span<const TensorSegment> segments,
-                              const std::vector<TensorState*>& states, std::span<std::byte> out);
-  [[noreturn]] void throw_nonfinite(const CompressContext& ctx, std::span<const TensorSegment> segments,
-                                    const float* values, std::size_t first_bad) const;
+  // Copies `n` bytes at the start of `payload` to host memory `dst` (a CUDA output's payload may be device memory).
+  void read_prefix(std::span<const std::byte> payload, std::byte* dst, std::size_t n, const TensorView& out) const;
+  // Decodes one plain payload (host or CUDA output).
+  void decompress_plain(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode);
+  [[noreturn]] void throw_nonfinite(const CompressContext& ctx, const TensorSegment& segment,
+                                    std::size_t count, std::size_t index, float value) const;
 
   std::string name_;
   payload::CodecId codec_;
@@ -169,30 +180,8 @@ class ErrorFeedbackCompressor : public Compressor {
   // mutable: const readers (save_state, state_of) first pull device-newer state back to the host.
   mutable std::map<std::string, TensorState, std::less<>> states_;
   mutable std::unique_ptr<CudaPath> cuda_;
-  std::vector<float> scratch_in_, scratch_out_, masked_;
-  TensorState work_;  // a gathered call's state (see gather_state)
-
-  // A fused call's state kept in one contiguous block between calls (the DDP hook's buckets and the runtime's fusion
-  // buffers repeat their layouts every step): the next call of the same layout encodes on it directly, without
-  // gathering from and scattering to the tensors' own states. Anything else that needs one of those tensors' state
-  // (another layout, a direct call, a chunk, save_state, state_of, the CUDA path) first copies the block back
-  // (materialize), so every other code path sees per-tensor states as before.
-  struct ResidentLayout {
-    std::vector<std::pair<std::string, std::size_t>> layout;  // (tensor name, numel), in order
-    TensorState work;
-  };
-  // The block of a call made of several whole tensors, reused when the layout and residency match, else built by a
-  // gather (the tensors' own buffers are released while they are resident).
-  TensorState& resident_work(std::span<const TensorSegment> segments, const std::vector<TensorState*>& states,
-                             std::string_view call);
-  // Copies the block holding `tensor`'s state (if any) back into the states of all its tensors and drops it.
-  void materialize(std::string_view tensor) const;
-  void materialize_all() const;
-  // nonfinite=skip inside a resident call: the block goes back to the tensors' states before encode_skipping.
-  void leave_residency(std::span<const TensorSegment> segments, EncodeArgs& args);
-  mutable std::map<std::string, ResidentLayout, std::less<>> resident_;    // by call name
-  mutable std::map<std::string, std::string, std::less<>> resident_in_;    // tensor name -> call name
-  mutable std::map<std::string, std::vector<double>, std::less<>> call_scalars_;
+  std::vector<float> scratch_in_, scratch_out_, zeros_;
+  TensorState slice_;  // a chunk's state when the codec keeps extra buffers (copied in and out around encode)
 };
 
 }  // namespace gradcomp

@@ -10,6 +10,7 @@
 
 #include "compressors/cuda_path.h"
 #include "compressors/error_feedback.h"
+#include "compressors/segmented_payload.h"
 #include "compressors/segments.h"
 #include "gradcomp/error.h"
 #include "kernels/common_cuda.h"
@@ -110,7 +111,6 @@ void ErrorFeedbackCompressor::drop_device_states() {
 DeviceTensorState& ErrorFeedbackCompressor::device_state_for(std::string_view name, std::size_t numel, int device,
                                                              void* stream_handle, int rank) {
   auto stream = static_cast<cudaStream_t>(stream_handle);
-  materialize(name);  // a host call's resident block goes back to the tensors' own states first
   // Host state (steps, scalars; float buffers stay empty while the device holds them) and device state.
   auto host_it = states_.find(name);
   if (host_it == states_.end()) {
@@ -158,6 +158,31 @@ DeviceTensorState& ErrorFeedbackCompressor::device_state_for(std::string_view na
   return dstate;
 }
 
+void ErrorFeedbackCompressor::read_prefix(std::span<const std::byte> payload, std::byte* dst, std::size_t n,
+                                          const TensorView& out) const {
+  n = std::min(n, payload.size());
+  if (n == 0) return;
+  if (out.device().is_cpu() || !is_device_memory(payload.data())) {
+    std::memcpy(dst, payload.data(), n);
+    return;
+  }
+  kernels::DeviceGuard guard(out.device().index);
+  auto stream = static_cast<cudaStream_t>(out.stream());
+  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dst, payload.data(), n, cudaMemcpyDeviceToHost, stream));
+  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+namespace {
+
+// Host bytes to device memory in stream order, in kernel-argument blocks (no host buffer has to outlive the call).
+void write_bytes_device(std::byte* out, const std::byte* bytes, std::size_t count, cudaStream_t stream) {
+  for (std::size_t done = 0; done < count; done += kernels::kMaxWriteBytes) {
+    kernels::launch_write_bytes(out + done, bytes + done, std::min(kernels::kMaxWriteBytes, count - done), stream);
+  }
+}
+
+}  // namespace
+
 std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::span<std::byte> out,
                                                    const CompressContext& ctx) {
   check_float_dtype(grad, name_, fmt::format("gradient '{}'", ctx.name));
@@ -168,7 +193,9 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
   GRADCOMP_CHECK(cuda_->codec != nullptr, "compressor '{}' has no CUDA path (tensor '{}' is {})", name_, ctx.name,
                  grad.describe());
   const std::size_t n = grad.numel();
-  const std::size_t needed = max_payload_bytes(n);
+  const std::vector<TensorSegment> segments = resolve_segments(ctx, n, name_);
+  const std::size_t count = segments.size();
+  const std::size_t needed = payload_bound(n, segments);
   GRADCOMP_CHECK(out.size() >= needed, "compressor '{}': output buffer for '{}' has {} bytes, {} needed", name_,
                  ctx.name, out.size(), needed);
   const int device = grad.device().index;
@@ -181,55 +208,21 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
                  ctx.name, device);
   auto stream = static_cast<cudaStream_t>(grad.stream());
   CudaCodec& codec = *cuda_->codec;
-
-  // The segments' states (one segment carried whole works on its own state; anything else on a gathered copy).
-  const std::vector<TensorSegment> segments = resolve_segments(ctx, n, name_);
   for (const TensorSegment& segment : segments) check_state_size(segment.name, segment.total, ctx.rank);
   std::vector<DeviceTensorState*> dstates;
   std::vector<TensorState*> hstates;
+  std::size_t largest = 0;
   for (const TensorSegment& segment : segments) {
     dstates.push_back(&device_state_for(segment.name, segment.total, device, stream, ctx.rank));
     hstates.push_back(&states_.find(segment.name)->second);
+    largest = std::max(largest, segment.numel);
   }
-  // A whole tensor works on its own state in place; anything else (and a skipped step) on a gathered copy.
-  bool in_place = carried_whole(segments);
   const std::size_t buffer_count = 1 + extra_state_buffers();
-  DeviceTensorState* work = in_place ? dstates[0] : &cuda_->work[device];
-  TensorState& state = in_place ? *hstates[0] : work_;
-  auto gather = [&](const std::vector<bool>& zero) {
-    work = &cuda_->work[device];
-    work->written.order_before(stream);  // the last call's commit copies may still read it on another stream
-    work->device = device;
-    work->numel = n;
-    work->current.resize(buffer_count);
-    work->next.resize(buffer_count);
-    for (std::size_t b = 0; b < buffer_count; ++b) {
-      if (b == 0 && !ef_) continue;
-      const std::size_t bytes = std::max<std::size_t>(n, 1) * sizeof(float);
-      work->current[b].reserve(bytes);
-      work->next[b].reserve(bytes);
-      for (std::size_t s = 0; s < segments.size(); ++s) {
-        auto* to = work->current[b].as<float>() + segments[s].offset;
-        const std::size_t count = segments[s].numel * sizeof(float);
-        if (zero[s]) {
-          GRADCOMP_CUDA_CHECK(cudaMemsetAsync(to, 0, count, stream));
-        } else {
-          GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(to, dstates[s]->current[b].as<const float>() + segments[s].start, count,
-                                              cudaMemcpyDeviceToDevice, stream));
-        }
-      }
-    }
-  };
-  if (!in_place) {
-    gather(std::vector<bool>(segments.size(), false));
-    const auto scalars = call_scalars_.find(ctx.name);
-    work_.scalars = scalars == call_scalars_.end() ? std::vector<double>{} : scalars->second;
-  }
 
   DeviceScratch& scratch = cuda_->scratch[device];
   const ScratchUse scratch_use(scratch, stream);
   scratch.counters.reserve(kCounterBytes);
-  scratch.workspace.reserve(std::max<std::size_t>(codec.workspace_bytes(n), 256));
+  scratch.workspace.reserve(std::max<std::size_t>(codec.workspace_bytes(largest), 256));
   const float* values = static_cast<const float*>(grad.data());
   if (grad.dtype() != DType::kF32) {
     scratch.values.reserve(std::max<std::size_t>(n, 1) * sizeof(float));
@@ -239,20 +232,55 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
   }
   auto* counters = scratch.counters.as<kernels::DeviceCounters>();
 
-  // One encode of `input` against work's current buffers into its next buffers; returns the payload size.
-  auto encode_once = [&](const float* input, CompressStats& stats) {
+  // Segment s as if alone into `slot`: against its own state (its range of it, for a chunk), or, when `zero`, a
+  // zero gradient against zero state (nonfinite=skip). The codec writes new state values into the next buffers.
+  std::vector<char> zero(count, 0), dirty(count, 0), encoded(count, 0);
+  std::vector<std::vector<double>> scalars_before(count);
+  kernels::DeviceBuffer zero_input;
+  auto encode_one = [&](std::size_t s, std::byte* slot, CompressStats& stats) {
+    const TensorSegment& segment = segments[s];
+    const std::size_t m = segment.numel;
     std::vector<const float*> current(buffer_count, nullptr);
     std::vector<float*> next(buffer_count, nullptr);
-    for (std::size_t b = 0; b < buffer_count; ++b) {
-      current[b] = work->current[b].as<const float>();
-      next[b] = work->next[b].as<float>();
+    TensorState throwaway;
+    TensorState* host = hstates[s];
+    const float* input = values + segment.offset;
+    if (zero[s]) {
+      DeviceTensorState& work = cuda_->work[device];
+      work.written.order_before(stream);
+      work.current.resize(buffer_count);
+      work.next.resize(buffer_count);
+      for (std::size_t b = 0; b < buffer_count; ++b) {
+        if (b == 0 && !ef_) continue;
+        work.current[b].reserve(std::max<std::size_t>(m, 1) * sizeof(float));
+        work.next[b].reserve(std::max<std::size_t>(m, 1) * sizeof(float));
+        GRADCOMP_CUDA_CHECK(cudaMemsetAsync(work.current[b].data(), 0, m * sizeof(float), stream));
+        current[b] = work.current[b].as<const float>();
+        next[b] = work.next[b].as<float>();
+      }
+      zero_input.reserve(std::max<std::size_t>(m, 1) * sizeof(float));
+      GRADCOMP_CUDA_CHECK(cudaMemsetAsync(zero_input.data(), 0, m * sizeof(float), stream));
+      input = zero_input.as<const float>();
+      throwaway.numel = m;
+      throwaway.scalars = host->scalars;
+      host = &throwaway;
+    } else {
+      for (std::size_t b = 0; b < buffer_count; ++b) {
+        if (!dstates[s]->current[b].data()) continue;
+        current[b] = dstates[s]->current[b].as<const float>() + segment.start;
+        next[b] = dstates[s]->next[b].as<float>() + segment.start;
+      }
     }
+    CompressContext alone = ctx;
+    alone.name = segment.name;
+    alone.segments = {};
+    alone.step = segment_step(segment, ctx.step);
     CudaEncodeArgs args;
     args.grad = input;
-    args.numel = n;
-    args.ctx = &ctx;
-    args.state = &state;
-    args.tensor_key = kernels::fnv1a64(ctx.name.data(), ctx.name.size());  // random streams follow the call's name
+    args.numel = m;
+    args.ctx = &alone;
+    args.state = host;
+    args.tensor_key = segment_stream_key(segment);
     args.original_dtype = grad.dtype();
     args.buffers = current;
     args.next = next;
@@ -260,7 +288,7 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
     args.workspace = scratch.workspace.data();
     args.stream = stream;
     GRADCOMP_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(kernels::DeviceCounters), stream));
-    const std::size_t size = codec.encode(args, out.data(), stats);
+    const std::size_t size = codec.encode(args, slot, stats);
     kernels::DeviceCounters host_counters{};
     GRADCOMP_CUDA_CHECK(
         cudaMemcpyAsync(&host_counters, counters, sizeof(host_counters), cudaMemcpyDeviceToHost, stream));
@@ -269,80 +297,101 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
     stats.saturated = std::max<std::size_t>(stats.saturated, host_counters.saturated);
     return size;
   };
-
   stats_ = CompressStats{};
   stats_.numel = n;
-  const std::vector<double> scalars_before = state.scalars;
-  std::size_t size = encode_once(values, stats_);
-  std::vector<bool> keep(segments.size(), true);
-  if (stats_.nonfinite > 0 && nonfinite_ != NonFinitePolicy::kPass) {
-    state.scalars = scalars_before;
-    std::vector<float> host(n);
-    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(host.data(), values, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
-    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
-    if (nonfinite_ == NonFinitePolicy::kRaise) {
-      const auto bad = std::find_if(host.begin(), host.end(), [](float v) { return !std::isfinite(v); });
-      throw_nonfinite(ctx, segments, host.data(), static_cast<std::size_t>(bad - host.begin()));
-    }
-    // skip: every segment holding NaN/Inf is encoded as zeros against zero state and keeps its own state (a rare
-    // path: it allocates); the other segments take their step. A whole tensor switches to a gathered copy.
-    std::vector<bool> zero(segments.size(), false);
-    for (std::size_t s = 0; s < segments.size(); ++s) {
-      const float* begin = host.data() + segments[s].offset;
-      zero[s] = !std::all_of(begin, begin + segments[s].numel, [](float v) { return std::isfinite(v); });
-      keep[s] = !zero[s];
-    }
-    in_place = false;
-    gather(zero);
-    kernels::DeviceBuffer masked(std::max<std::size_t>(n, 1) * sizeof(float));
-    GRADCOMP_CUDA_CHECK(
-        cudaMemcpyAsync(masked.data(), values, n * sizeof(float), cudaMemcpyDeviceToDevice, stream));
-    for (std::size_t s = 0; s < segments.size(); ++s) {
-      if (zero[s]) {
-        GRADCOMP_CUDA_CHECK(cudaMemsetAsync(masked.as<float>() + segments[s].offset, 0,
-                                            segments[s].numel * sizeof(float), stream));
+  // The non-finite policy per segment, after its fused pass counted (the state is committed only at the end).
+  auto encode_at = [&](std::size_t s, std::byte* slot) {
+    CompressStats part;
+    scalars_before[s] = hstates[s]->scalars;
+    std::size_t size = encode_one(s, slot, part);
+    if (part.nonfinite > 0) {
+      stats_.nonfinite += part.nonfinite;
+      if (nonfinite_ == NonFinitePolicy::kPass) {
+        dirty[s] = 1;
+      } else {
+        hstates[s]->scalars = scalars_before[s];
+        if (nonfinite_ == NonFinitePolicy::kRaise) {
+          for (std::size_t t = 0; t < count; ++t) {
+            if (encoded[t]) hstates[t]->scalars = scalars_before[t];
+          }
+          const TensorSegment& segment = segments[s];
+          std::vector<float> host(segment.numel);
+          GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(host.data(), values + segment.offset, segment.numel * sizeof(float),
+                                              cudaMemcpyDeviceToHost, stream));
+          GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+          const auto bad = std::find_if(host.begin(), host.end(), [](float v) { return !std::isfinite(v); });
+          const auto index = static_cast<std::size_t>(bad - host.begin());
+          throw_nonfinite(ctx, segment, part.nonfinite, index, bad == host.end() ? 0.0f : *bad);
+        }
+        zero[s] = 1;
+        part = CompressStats{};
+        size = encode_one(s, slot, part);
+        part.nonfinite = 0;
       }
     }
-    const std::size_t nonfinite = stats_.nonfinite;
-    CompressStats skipped_stats;
-    skipped_stats.numel = n;
-    size = encode_once(masked.as<const float>(), skipped_stats);
-    skipped_stats.nonfinite = nonfinite;
-    skipped_stats.skipped = true;
-    stats_ = skipped_stats;
-    state.scalars = scalars_before;  // diagnostics of a skipped step are not kept
-  } else if (stats_.nonfinite > 0) {  // pass: no NaN/Inf stays in any state buffer
-    for (std::size_t b = 0; b < buffer_count; ++b) {
-      if (work->next[b].data()) kernels::launch_zero_nonfinite(work->next[b].as<float>(), n, stream);
+    encoded[s] = 1;
+    stats_.selected += part.selected;
+    stats_.saturated += part.saturated;
+    return size;
+  };
+  std::size_t size = 0;
+  if (count == 1) {
+    size = encode_at(0, out.data());
+  } else if (traits_.summable) {
+    // One dense body, segment s's values at their place; last to first, as on the host (each segment's header
+    // lands on bytes written after it).
+    const std::size_t wire = dtype_size(traits_.wire_dtype);
+    for (std::size_t s = count; s-- > 0;) {
+      const std::size_t written = encode_at(s, out.data() + segments[s].offset * wire);
+      GRADCOMP_ASSERT(written == payload::kHeaderBytes + segments[s].numel * wire,
+                      "summable codec '{}' wrote {} bytes for {} values", name_, written, segments[s].numel);
     }
+    payload::Header header;
+    header.codec = codec_;
+    header.numel = n;
+    header.dtype = grad.dtype();
+    header.section_count = 1;
+    header.section_bytes[0] = n * wire;
+    write_header_device(header, out.data(), stream);
+    size = payload::total_bytes(header);
+  } else {
+    payload::SegmentedWriter writer(codec_, n, grad.dtype(), count, out.size());
+    for (std::size_t s = 0; s < count; ++s) {
+      writer.commit(segments[s].numel, encode_at(s, out.data() + writer.next_offset()));
+      if (writer.padding_before()) {
+        GRADCOMP_CUDA_CHECK(cudaMemsetAsync(out.data() + writer.next_offset() - writer.padding_before(), 0,
+                                            writer.padding_before(), stream));
+      }
+    }
+    const std::vector<std::byte> prefix = writer.prefix();
+    write_bytes_device(out.data(), prefix.data(), prefix.size(), stream);
+    size = writer.total_bytes();
   }
 
-  // Commit: the new state of every kept segment.
-  if (in_place) {
-    for (std::size_t b = 0; b < buffer_count; ++b) {
-      if (work->next[b].data()) work->current[b].swap(work->next[b]);
+  // Commit: the new state of every segment that took its step (a chunk's range copied, a whole tensor swapped).
+  for (std::size_t s = 0; s < count; ++s) {
+    if (zero[s]) {
+      stats_.skipped = true;
+      continue;
     }
-  } else {
+    const TensorSegment& segment = segments[s];
+    DeviceTensorState& dstate = *dstates[s];
     for (std::size_t b = 0; b < buffer_count; ++b) {
-      if (!work->next[b].data()) continue;
-      for (std::size_t s = 0; s < segments.size(); ++s) {
-        if (!keep[s] || segments[s].numel == 0) continue;
-        GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dstates[s]->current[b].as<float>() + segments[s].start,
-                                            work->next[b].as<const float>() + segments[s].offset,
-                                            segments[s].numel * sizeof(float), cudaMemcpyDeviceToDevice, stream));
+      if (!dstate.next[b].data()) continue;
+      if (is_whole(segment)) {
+        dstate.current[b].swap(dstate.next[b]);
+      } else if (segment.numel) {
+        GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dstate.current[b].as<float>() + segment.start,
+                                            dstate.next[b].as<const float>() + segment.start,
+                                            segment.numel * sizeof(float), cudaMemcpyDeviceToDevice, stream));
       }
+      if (dirty[s]) kernels::launch_zero_nonfinite(dstate.current[b].as<float>() + segment.start, segment.numel, stream);
     }
-    work->written.record(stream);
-    if (!stats_.skipped && !carried_whole(segments)) {
-      call_scalars_.insert_or_assign(std::string(ctx.name), work_.scalars);
-    }
+    dstate.device_newer = true;
+    dstate.written.record(stream);
+    if (segment.start == 0) ++hstates[s]->steps;
   }
-  for (std::size_t s = 0; s < segments.size(); ++s) {
-    if (!keep[s]) continue;
-    dstates[s]->device_newer = true;
-    dstates[s]->written.record(stream);
-    if (segments[s].start == 0) ++hstates[s]->steps;
-  }
+  if (stats_.skipped) cuda_->work[device].written.record(stream);
   stats_.payload_bytes = size;
   return size;
 }
@@ -386,6 +435,8 @@ void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::byte> bytes, 
                     payload::codec_name(codec_), static_cast<int>(codec_));
   GRADCOMP_CHECK_AS(CorruptPayload, view.header.numel == n,
                     "corrupt payload: it holds {} elements but the output tensor has {}", view.header.numel, n);
+  GRADCOMP_CHECK_AS(CorruptPayload, !payload::is_segmented(view.header),
+                    "corrupt payload: a segmented '{}' payload nested inside another", name_);
   for (std::size_t i = 0; i < view.header.section_count; ++i) {
     view.sections[i] = std::span<const std::byte>(device_bytes + payload::section_offset(view.header, i),
                                                    view.header.section_bytes[i]);

@@ -136,7 +136,7 @@ class RandomKCompressor final : public ErrorFeedbackCompressor {
     return total;
   }
 
-  void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) override {
+  void validate(const payload::View& view, std::size_t numel) const override {
     const payload::Header& header = view.header;
     GRADCOMP_CHECK_AS(CorruptPayload,
                       header.section_count == 2 && header.flags == 0 && header.param0 == 0 &&
@@ -152,6 +152,13 @@ class RandomKCompressor final : public ErrorFeedbackCompressor {
     GRADCOMP_CHECK_AS(CorruptPayload, k <= numel && header.param1 == k && view.sections[1].size() == k * sizeof(float),
                       "corrupt randomk payload: k = {} (header {}) with {} value bytes for a tensor of {} elements",
                       k, header.param1, view.sections[1].size(), numel);
+  }
+
+  void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) override {
+    validate(view, numel);
+    std::uint64_t stream[4];
+    std::memcpy(stream, view.sections[0].data(), sizeof(stream));
+    const std::uint64_t k = stream[3];
     indices_for(stream[0], stream[1], stream[2], numel, k);
     if (!accumulate && numel > 0) std::memset(out, 0, numel * sizeof(float));
     const std::byte* body = view.sections[1].data();

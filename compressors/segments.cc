@@ -1,10 +1,13 @@
 #include "compressors/segments.h"
 
 #include <algorithm>
-#include <cstring>
+#include <string>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "gradcomp/error.h"
+#include "kernels/philox_ops.cuh"
 
 namespace gradcomp {
 
@@ -35,32 +38,16 @@ std::vector<TensorSegment> resolve_segments(const CompressContext& ctx, std::siz
   return segments;
 }
 
-bool carried_whole(std::span<const TensorSegment> segments) {
-  return segments.size() == 1 && segments[0].start == 0 && segments[0].numel == segments[0].total;
+std::uint64_t segment_stream_key(const TensorSegment& segment) {
+  if (segment.start == 0) return kernels::fnv1a64(segment.name.data(), segment.name.size());
+  const std::string chunk = fmt::format("{}#{}", segment.name, segment.start);
+  return kernels::fnv1a64(chunk.data(), chunk.size());
 }
 
 std::size_t segment_of(std::span<const TensorSegment> segments, std::size_t index) {
   const auto it = std::upper_bound(segments.begin(), segments.end(), index,
                                    [](std::size_t i, const TensorSegment& s) { return i < s.offset; });
   return static_cast<std::size_t>(it - segments.begin()) - 1;
-}
-
-void gather_segments(std::span<const TensorSegment> segments, std::span<const float* const> sources, float* out) {
-  for (std::size_t s = 0; s < segments.size(); ++s) {
-    const TensorSegment& segment = segments[s];
-    if (segment.numel) {
-      std::memcpy(out + segment.offset, sources[s] + segment.start, segment.numel * sizeof(float));
-    }
-  }
-}
-
-void scatter_segments(std::span<const TensorSegment> segments, const float* in, std::span<float* const> targets) {
-  for (std::size_t s = 0; s < segments.size(); ++s) {
-    const TensorSegment& segment = segments[s];
-    if (segment.numel && targets[s]) {
-      std::memcpy(targets[s] + segment.start, in + segment.offset, segment.numel * sizeof(float));
-    }
-  }
 }
 
 }  // namespace gradcomp

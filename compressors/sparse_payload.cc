@@ -59,8 +59,7 @@ void validate_increasing_indices(std::span<const std::byte> indices, std::size_t
   }
 }
 
-void decode_index_value(const payload::View& view, std::string_view codec, float* out, std::size_t numel,
-                        bool accumulate) {
+void validate_index_value(const payload::View& view, std::string_view codec, std::size_t numel) {
   const payload::Header& header = view.header;
   GRADCOMP_CHECK_AS(CorruptPayload, header.section_count == 2 && header.flags == 0,
                     "corrupt {} payload: {} sections and flags {:#x} (expected 2 sections, flags 0)", codec,
@@ -80,6 +79,14 @@ void decode_index_value(const payload::View& view, std::string_view codec, float
                     "corrupt {} payload: value section has {} bytes, {} entries of {} bytes expected", codec,
                     view.sections[1].size(), k, value_bytes(type));
   validate_increasing_indices(view.sections[0], k, numel, codec);
+}
+
+void decode_index_value(const payload::View& view, std::string_view codec, float* out, std::size_t numel,
+                        bool accumulate) {
+  validate_index_value(view, codec, numel);
+  const payload::Header& header = view.header;
+  const auto type = static_cast<ValueType>(header.param0);
+  const std::size_t k = view.sections[0].size() / sizeof(std::int32_t);
 
   // Validated: from here on every write is in bounds.
   if (!accumulate && numel > 0) std::memset(out, 0, numel * sizeof(float));

@@ -48,6 +48,10 @@ IndexValueSections write_index_value_header(payload::CodecId codec, std::uint64_
 void validate_increasing_indices(std::span<const std::byte> indices, std::size_t count, std::uint64_t limit,
                                  std::string_view what);
 
+// Throws CorruptPayload unless `view` is a valid (index, value) payload of `codec` for `numel` elements; writes
+// nothing.
+void validate_index_value(const payload::View& view, std::string_view codec, std::size_t numel);
+
 // Validates an (index, value) payload of `codec` completely, then writes (or adds) its values into out[0, numel);
 // positions not named by an index become 0 unless accumulating. Throws CorruptPayload before any write.
 void decode_index_value(const payload::View& view, std::string_view codec, float* out, std::size_t numel,

@@ -222,6 +222,10 @@ class TopKCompressor final : public ErrorFeedbackCompressor {
     return sections.total_bytes;
   }
 
+  void validate(const payload::View& view, std::size_t numel) const override {
+    sparse::validate_index_value(view, "topk", numel);
+  }
+
   void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) override {
     sparse::decode_index_value(view, "topk", out, numel, accumulate);
   }

@@ -64,10 +64,6 @@ CompressContext compress_context(const Call& call, std::string_view name, float 
 Bytes compress_part(Call& call, const TensorView& part, std::string_view name, float prescale,
                     std::span<const TensorSegment> segments = {});
 
-// The segments of elements [begin, begin + count) of the call's tensor, offsets relative to `begin`: the options'
-// segments cut to that range, or one segment of call.name when the options have none.
-std::vector<TensorSegment> segments_in(const Call& call, std::size_t begin, std::size_t count);
-
 // Allgatherv of every rank's `payload` (in call.space) into one buffer of call.space: returns it and fills `counts`
 // (bytes per rank). Synchronizes the space first, so the communicator sees finished payloads.
 Bytes allgather_payloads(Call& call, const Bytes& payload, std::vector<std::size_t>& counts);

@@ -22,7 +22,7 @@ Bytes compress_part(Call& call, const TensorView& part, std::string_view name, f
                     std::span<const TensorSegment> segments) {
   Stopwatch watch(call.stats.compress_s);
   const CompressContext ctx = compress_context(call, name, prescale, segments);
-  Bytes payload = call.space.allocate(call.compressor.max_payload_bytes(part.numel()));
+  Bytes payload = call.space.allocate(call.compressor.payload_bound(part.numel(), segments));
   const std::size_t size = call.compressor.compress(part, payload, ctx);
   GRADCOMP_ASSERT(size <= payload.size(), "compressor '{}' wrote {} bytes for '{}', more than its bound {}",
                   call.compressor.name(), size, name, payload.size());
@@ -34,22 +34,6 @@ void require_codec(const Call& call, bool ok, std::string_view algorithm, std::s
                    std::string_view instead) {
   GRADCOMP_CHECK(ok, "compressed_allreduce('{}'): the {} algorithm needs {}, '{}' is {} (use {})", call.name,
                  algorithm, kind, call.compressor.spec(), describe_traits(call.compressor.traits()), instead);
-}
-
-std::vector<TensorSegment> segments_in(const Call& call, std::size_t begin, std::size_t count) {
-  const std::size_t end = begin + count;
-  if (call.options.segments.empty()) {
-    return {TensorSegment{call.name, 0, count, begin, call.tensor.numel(), call.tensor.rows()}};
-  }
-  std::vector<TensorSegment> cut;
-  for (const TensorSegment& segment : call.options.segments) {
-    const std::size_t total = segment.total ? segment.total : segment.numel;
-    const std::size_t lo = std::max(begin, segment.offset), hi = std::min(end, segment.offset + segment.numel);
-    if (lo >= hi) continue;
-    cut.push_back(
-        TensorSegment{segment.name, lo - begin, hi - lo, segment.start + (lo - segment.offset), total, segment.rows});
-  }
-  return cut;
 }
 
 Bytes allgather_payloads(Call& call, const Bytes& payload, std::vector<std::size_t>& counts) {

@@ -1,11 +1,14 @@
-// Scatter-reduce-allgather for requantizable codecs (CGX; DeepSpeed's compressed allreduce). The tensor is cut into
-// `size` chunks; every rank compresses each chunk (error feedback keyed by the tensor names of the call's segments, a
-// chunk holding a part of each; random streams by "<name>#chunk<i>") and sends chunk i to rank i (alltoallv); rank i
-// decodes and sums the chunks it received in rank order, recompresses the result with its own error feedback (state
-// "<name>#sra<i>": the residual of the owner's re-quantization, not of any rank's gradient), and an allgatherv gives
-// everyone every recompressed chunk to decode. Per rank that is
-// about 2(n-1)/n of one compressed tensor on the wire, instead of (n-1) payloads for an allgather.
+// Scatter-reduce-allgather for requantizable codecs (CGX; DeepSpeed's compressed allreduce). Every tensor of the call
+// (each segment, or the whole tensor) is cut into `size` pieces; chunk i is piece i of every tensor, owned by rank i.
+// Every rank compresses each chunk (error feedback keyed by the tensor names, a piece being a segment that carries a
+// part of its tensor, random streams keyed by the tensor and the piece's start) and sends chunk i to rank i
+// (alltoallv); rank i decodes and sums the chunks it received in rank order, recompresses the result with its own
+// error feedback (state "<tensor>#sra<i>": the residual of the owner's re-quantization, not of any rank's gradient),
+// and an allgatherv gives everyone every recompressed chunk to decode. Because pieces are cut per tensor, a tensor's
+// pieces, their owners and every value computed from them are the same whether it travels alone or fused. Per rank
+// that is about 2(n-1)/n of one compressed tensor on the wire, instead of (n-1) payloads for an allgather.
 #include <numeric>
+#include <string>
 
 #include <fmt/format.h>
 
@@ -15,10 +18,80 @@
 namespace gradcomp::algorithms {
 namespace {
 
-// Chunk i of n over numel elements: [i*numel/n, (i+1)*numel/n).
-std::size_t chunk_begin(std::size_t numel, int i, int n) {
+// Element i*numel/n of numel: where piece i of n of a tensor begins.
+std::size_t piece_begin(std::size_t numel, int i, int n) {
   return static_cast<std::size_t>((static_cast<unsigned __int128>(numel) * static_cast<unsigned>(i)) /
                                   static_cast<unsigned>(n));
+}
+
+// Chunk i of the call: piece i of every tensor, as segments over a contiguous buffer of the chunk's elements, and
+// where each piece lies in the call's tensor.
+struct Chunk {
+  std::vector<TensorSegment> segments;  // offsets inside the chunk's buffer
+  std::vector<std::size_t> at;          // element offset of each piece in the call's tensor
+  std::size_t numel = 0;
+  bool contiguous = true;  // the pieces are adjacent in the tensor: the chunk is a slice of it
+};
+
+Chunk chunk_of(const std::vector<TensorSegment>& tensors, int i, int n) {
+  Chunk chunk;
+  for (const TensorSegment& tensor : tensors) {
+    const std::size_t begin = piece_begin(tensor.numel, i, n), end = piece_begin(tensor.numel, i + 1, n);
+    TensorSegment piece = tensor;
+    piece.offset = chunk.numel;
+    piece.numel = end - begin;
+    piece.start = tensor.start + begin;
+    if (!chunk.at.empty() && chunk.at.back() + chunk.segments.back().numel != tensor.offset + begin) {
+      chunk.contiguous = false;
+    }
+    chunk.at.push_back(tensor.offset + begin);
+    chunk.segments.push_back(piece);
+    chunk.numel += piece.numel;
+  }
+  return chunk;
+}
+
+// The call's tensors: its segments, or the whole tensor under the call's name.
+std::vector<TensorSegment> tensors_of(const Call& call) {
+  if (!call.options.segments.empty()) {
+    std::vector<TensorSegment> tensors(call.options.segments.begin(), call.options.segments.end());
+    for (TensorSegment& tensor : tensors) {
+      if (tensor.total == 0) tensor.total = tensor.numel;
+    }
+    return tensors;
+  }
+  return {TensorSegment{call.name, 0, call.tensor.numel(), 0, call.tensor.numel(), call.tensor.rows()}};
+}
+
+// A chunk's elements as one contiguous view: a slice of the tensor, or the pieces gathered into `holder`.
+TensorView chunk_view(Call& call, const Chunk& chunk, Bytes& holder) {
+  if (chunk.contiguous) return call.tensor.slice(chunk.at.empty() ? 0 : chunk.at.front(), chunk.numel);
+  const std::size_t elem = dtype_size(call.tensor.dtype());
+  holder = call.space.allocate(std::max<std::size_t>(chunk.numel, 1) * elem);
+  const auto* from = static_cast<const std::byte*>(call.tensor.data());
+  for (std::size_t p = 0; p < chunk.segments.size(); ++p) {
+    call.space.copy(holder.data() + chunk.segments[p].offset * elem, from + chunk.at[p] * elem,
+                    chunk.segments[p].numel * elem);
+  }
+  return call.space.view(holder.data(), chunk.numel, call.tensor.dtype());
+}
+
+// Decodes `payload` (a recompressed chunk) into the chunk's places in the tensor.
+void decode_chunk(Call& call, const Chunk& chunk, std::span<const std::byte> payload) {
+  if (chunk.contiguous) {
+    call.compressor.decompress(payload, call.tensor.slice(chunk.at.empty() ? 0 : chunk.at.front(), chunk.numel),
+                               DecodeMode::kOverwrite);
+    return;
+  }
+  const std::size_t elem = dtype_size(call.tensor.dtype());
+  Bytes decoded = call.space.allocate(std::max<std::size_t>(chunk.numel, 1) * elem);
+  call.compressor.decompress(payload, call.space.view(decoded.data(), chunk.numel, call.tensor.dtype()),
+                             DecodeMode::kOverwrite);
+  auto* to = static_cast<std::byte*>(call.tensor.data());
+  for (std::size_t p = 0; p < chunk.segments.size(); ++p) {
+    call.space.copy(to + chunk.at[p] * elem, decoded.data() + chunk.segments[p].offset * elem,
+                    chunk.segments[p].numel * elem);
+  }
 }
 
 }  // namespace
@@ -26,18 +99,19 @@ std::size_t chunk_begin(std::size_t numel, int i, int n) {
 void run_scatter_reduce_allgather(Call& call) {
   const int n = call.comm.size();
   const int me = call.comm.rank();
-  const std::size_t numel = call.tensor.numel();
   MemorySpace& space = call.space;
+  const std::vector<TensorSegment> tensors = tensors_of(call);
+  std::vector<Chunk> chunks;
+  for (int i = 0; i < n; ++i) chunks.push_back(chunk_of(tensors, i, n));
 
   // 1. compress every chunk, then pack the payloads back to back.
   std::vector<Bytes> payloads;
   std::vector<std::size_t> send_counts(static_cast<std::size_t>(n));
   std::size_t send_total = 0;
   for (int i = 0; i < n; ++i) {
-    const std::size_t begin = chunk_begin(numel, i, n), end = chunk_begin(numel, i + 1, n);
-    const std::vector<TensorSegment> segments = segments_in(call, begin, end - begin);
-    payloads.push_back(compress_part(call, call.tensor.slice(begin, end - begin),
-                                     fmt::format("{}#chunk{}", call.name, i), 1.0f, segments));
+    Bytes gathered(0);
+    const TensorView view = chunk_view(call, chunks[i], gathered);
+    payloads.push_back(compress_part(call, view, fmt::format("{}#chunk{}", call.name, i), 1.0f, chunks[i].segments));
     send_counts[i] = payloads.back().size();
     send_total += send_counts[i];
   }
@@ -69,29 +143,36 @@ void run_scatter_reduce_allgather(Call& call) {
   }
   call.stats.wire_bytes += n > 1 ? 8 * n * (n - 1) : 0;
 
-  // 3. reduce my chunk, recompress it.
-  const std::size_t my_begin = chunk_begin(numel, me, n), my_len = chunk_begin(numel, me + 1, n) - my_begin;
-  Bytes sum_bytes = space.allocate(my_len * sizeof(float));
+  // 3. reduce my chunk, recompress it: each piece under its tensor's owner state "<tensor>#sra<me>".
+  const Chunk& mine = chunks[static_cast<std::size_t>(me)];
+  Bytes sum_bytes = space.allocate(std::max<std::size_t>(mine.numel, 1) * sizeof(float));
   auto* sum = reinterpret_cast<float*>(sum_bytes.data());
-  const TensorView sum_view = space.view(sum, my_len, DType::kF32);
+  const TensorView sum_view = space.view(sum, mine.numel, DType::kF32);
   {
     Stopwatch watch(call.stats.decompress_s);
     decode_in_rank_order(call, received, recv_counts, sum_view);
-    if (call.options.op == ReduceOp::kAverage && n > 1) space.divide(sum, my_len, static_cast<float>(n), false);
+    if (call.options.op == ReduceOp::kAverage && n > 1) space.divide(sum, mine.numel, static_cast<float>(n), false);
   }
-  const auto reduced = compress_part(call, sum_view, fmt::format("{}#sra{}", call.name, me), 1.0f);
+  std::vector<std::string> owner_names;
+  for (const TensorSegment& piece : mine.segments) owner_names.push_back(fmt::format("{}#sra{}", piece.name, me));
+  std::vector<TensorSegment> owned = mine.segments;
+  for (std::size_t p = 0; p < owned.size(); ++p) {
+    owned[p].name = owner_names[p];
+    owned[p].start = 0;
+    owned[p].total = owned[p].numel;
+    owned[p].rows = 0;
+  }
+  const auto reduced = compress_part(call, sum_view, fmt::format("{}#sra{}", call.name, me), 1.0f, owned);
   call.stats.payload_bytes += reduced.size();
 
-  // 4. allgatherv of the reduced chunks, decode each into its slice.
+  // 4. allgatherv of the reduced chunks, decode each into its pieces' places.
   std::vector<std::size_t> counts;
   const Bytes gathered = allgather_payloads(call, reduced, counts);
   Stopwatch watch(call.stats.decompress_s);
   const std::span<const std::byte> all = gathered;
   std::size_t offset = 0;
   for (int r = 0; r < n; ++r) {
-    const std::size_t begin = chunk_begin(numel, r, n), end = chunk_begin(numel, r + 1, n);
-    call.compressor.decompress(all.subspan(offset, counts[r]), call.tensor.slice(begin, end - begin),
-                               DecodeMode::kOverwrite);
+    decode_chunk(call, chunks[static_cast<std::size_t>(r)], all.subspan(offset, counts[r]));
     offset += counts[r];
   }
 }

@@ -35,8 +35,13 @@ struct CompressorTraits {
 // "summable,lossy" style list, for humans.
 std::string describe_traits(const CompressorTraits& traits);
 
+// TensorSegment::step of a segment that takes the call's step (CompressContext::step).
+inline constexpr std::uint64_t kStepOfCall = ~std::uint64_t{0};
+
 // One of the user's tensors inside a compressed tensor (a fusion buffer, or a chunk of one). Its error-feedback
-// state (residual, momenta) is keyed by `name` and sized `total`, whatever buffer or chunk carries it.
+// state (residual, momenta) is keyed by `name` and sized `total`, whatever buffer or chunk carries it, and a codec
+// encodes it exactly as it would encode those elements alone under `name` (fusion-invariant compression: k per
+// segment, quantizer buckets and random streams that never cross a segment boundary).
 struct TensorSegment {
   std::string_view name = {};  // the user's tensor name; must not be empty
   std::size_t offset = 0;      // first element of this segment inside the compressed tensor
@@ -46,6 +51,9 @@ struct TensorSegment {
   // The named tensor's first dimension when it has two or more (a matrix of rows x total/rows, PyTorch's view of a
   // weight for PowerSGD); 0 for a vector. Only shape-aware codecs read it.
   std::size_t rows = 0;
+  // The named tensor's own training step (random-k's indices and DGC's warm-up follow it), or kStepOfCall: the
+  // call's CompressContext::step. Lets tensors reduced a different number of times share one buffer.
+  std::uint64_t step = kStepOfCall;
 };
 
 // Per-call information. Must be identical on every rank for the same tensor and step (random streams depend on it).
@@ -114,8 +122,15 @@ class Compressor {
   // such a tensor is refused before any state is allocated.
   virtual std::size_t max_payload_bytes(std::size_t numel) const = 0;
 
-  // Compresses `grad` into `out` (same device as grad, at least max_payload_bytes(grad.numel()) bytes), applying and
-  // updating the error-feedback state of `ctx.name`. Returns the payload size in bytes.
+  // Upper bound, in bytes, of the payload of a call over `numel` elements made of `segments`
+  // (CompressContext::segments; empty = one tensor). Codecs that encode each segment as its own payload inside a
+  // segmented container (compressors/segmented_payload.h) need more than max_payload_bytes(numel); callers size
+  // compress() buffers with this. The default is max_payload_bytes(numel).
+  virtual std::size_t payload_bound(std::size_t numel, std::span<const TensorSegment> segments) const;
+
+  // Compresses `grad` into `out` (same device as grad, at least payload_bound(grad.numel(), ctx.segments) bytes),
+  // applying and updating the error-feedback state of `ctx.name` (or of each segment's name). Returns the payload
+  // size in bytes.
   // Throws InvalidArgument (bad dtype, small buffer, non-finite input under the "raise" policy, state of another size).
   virtual std::size_t compress(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx) = 0;
 

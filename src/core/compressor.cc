@@ -24,9 +24,13 @@ std::unique_ptr<RoundReduction> Compressor::begin_rounds(const TensorView& tenso
                                     spec(), describe_traits(traits()), ctx.name, ctx.rank));
 }
 
+std::size_t Compressor::payload_bound(std::size_t numel, std::span<const TensorSegment>) const {
+  return max_payload_bytes(numel);
+}
+
 std::vector<std::byte> compress_to_vector(Compressor& compressor, const TensorView& grad, const CompressContext& ctx) {
   GRADCOMP_CHECK(grad.device().is_cpu(), "compress_to_vector needs a CPU tensor, got {}", grad.describe());
-  std::vector<std::byte> out(compressor.max_payload_bytes(grad.numel()));
+  std::vector<std::byte> out(compressor.payload_bound(grad.numel(), ctx.segments));
   out.resize(compressor.compress(grad, out, ctx));
   return out;
 }

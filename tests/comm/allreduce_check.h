@@ -57,14 +57,16 @@ inline std::vector<std::vector<std::byte>> gather_bytes(Communicator& comm, cons
 }
 
 inline std::vector<std::byte> twin_compress(Compressor& twin, std::span<const float> values, std::string_view name,
-                                            std::uint64_t step, const Communicator& comm, float prescale) {
+                                            std::uint64_t step, const Communicator& comm, float prescale,
+                                            std::span<const TensorSegment> segments = {}) {
   CompressContext ctx;
   ctx.name = name;
+  ctx.segments = segments;
   ctx.step = step;
   ctx.rank = comm.rank();
   ctx.world_size = comm.size();
   ctx.prescale = prescale;
-  std::vector<std::byte> out(twin.max_payload_bytes(values.size()));
+  std::vector<std::byte> out(twin.payload_bound(values.size(), segments));
   out.resize(twin.compress(TensorView(const_cast<float*>(values.data()), values.size(), DType::kF32), out, ctx));
   return out;
 }
@@ -97,12 +99,15 @@ inline std::vector<float> reference_step(Communicator& comm, Compressor& twin, c
     }
     return ref;
   }
-  // SRA: chunk payloads of every rank, the owner's reduction + recompression (by the owner's twin), decoded.
+  // SRA: chunk payloads of every rank (chunk i: elements [b, e) of the tensor, compressed as that part of it), the
+  // owner's reduction + recompression (by the owner's twin), decoded.
   std::vector<std::vector<std::vector<std::byte>>> chunks(n);  // chunks[i][s]: rank s's payload of chunk i
   for (int i = 0; i < n; ++i) {
     const std::size_t b = chunk_begin(numel, i, n), e = chunk_begin(numel, i + 1, n);
+    const TensorSegment part{name, 0, e - b, b, numel};
     chunks[i] = gather_bytes(comm, twin_compress(twin, std::span(grad).subspan(b, e - b),
-                                                 fmt::format("{}#chunk{}", name, i), step, comm, 1.0f));
+                                                 fmt::format("{}#chunk{}", name, i), step, comm, 1.0f,
+                                                 std::span(&part, 1)));
   }
   const int me = comm.rank();
   const std::size_t b = chunk_begin(numel, me, n), e = chunk_begin(numel, me + 1, n);

@@ -3,6 +3,7 @@
 // refused before any state changes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -145,6 +146,95 @@ TEST(Segments, ResidentBlocksSurviveOtherLayoutsSkipsAndLoads) {
       }
     }
     EXPECT_EQ(cached->save_state(), refreshed->save_state()) << spec;
+  }
+}
+
+const char* const kEveryCodec[] = {"none", "fp16", "bf16", "qsgd:bits=4", "qsgd:bits=2,bucket=128", "terngrad",
+                                   "onebit", "topk:ratio=0.05", "topk:k=7,values=f16", "randomk:ratio=0.1",
+                                   "blocktopk:ratio=0.1,block=16", "dgc:ratio=0.02,warmup_steps=1"};
+
+// Fusion invariance: a tensor fused with others (in any order, any neighbours) is compressed exactly as it is alone:
+// the decoded values of its part of the fused payload are bit-identical to its lone payload's, and its state (residual,
+// momentum, steps) is bit-identical after every step.
+TEST(Segments, FusedIsBitIdenticalToAlone) {
+  const std::vector<std::size_t> sizes = {1000, 37, 2500, 1};
+  const char* names[] = {"w0", "w1", "w2", "w3"};
+  for (const char* spec : kEveryCodec) {
+    auto fused = make_compressor(spec);
+    auto alone = make_compressor(spec);
+    for (std::uint64_t step = 0; step < 4; ++step) {
+      // Every other step the tensors come in reverse order (another layout of the same tensors).
+      std::vector<std::size_t> order = {0, 1, 2, 3};
+      if (step % 2) std::reverse(order.begin(), order.end());
+      std::vector<float> buffer;
+      std::vector<TensorSegment> layout;
+      std::vector<std::vector<float>> grads(sizes.size());
+      for (std::size_t t : order) {
+        grads[t] = make_values(sizes[t], 100 * step + t + 1, false);
+        layout.push_back(TensorSegment{names[t], buffer.size(), sizes[t], 0, 0});
+        buffer.insert(buffer.end(), grads[t].begin(), grads[t].end());
+      }
+      const auto decoded = decode(*fused, compress_segments(*fused, buffer, "bucket", step, layout), buffer.size());
+      for (std::size_t k = 0; k < order.size(); ++k) {
+        const std::size_t t = order[k];
+        const auto lone = decode(*alone, compress(*alone, grads[t], names[t], step), sizes[t]);
+        const std::vector<float> part(decoded.begin() + static_cast<std::ptrdiff_t>(layout[k].offset),
+                                      decoded.begin() + static_cast<std::ptrdiff_t>(layout[k].offset + sizes[t]));
+        ASSERT_EQ(bits_of(part), bits_of(lone)) << spec << " tensor " << names[t] << " step " << step;
+      }
+      ASSERT_EQ(fused->save_state(), alone->save_state()) << spec << " step " << step;
+    }
+  }
+}
+
+// The same for parts of tensors (scatter-reduce-allgather's chunks): a chunk carrying pieces of several tensors
+// compresses each piece as the chunk of that tensor alone would.
+TEST(Segments, ChunksOfSeveralTensorsAreBitIdenticalToChunksAlone) {
+  for (const char* spec : {"qsgd:bits=4", "terngrad", "onebit", "topk:ratio=0.05", "randomk:ratio=0.1"}) {
+    auto fused = make_compressor(spec);
+    auto alone = make_compressor(spec);
+    for (std::uint64_t step = 0; step < 3; ++step) {
+      const auto a = make_values(300, 7 + step, false), b = make_values(1200, 9 + step, false);
+      std::vector<float> chunk(a.begin() + 100, a.begin() + 200);
+      chunk.insert(chunk.end(), b.begin() + 400, b.begin() + 800);
+      const std::vector<TensorSegment> pieces = {{"a", 0, 100, 100, 300}, {"b", 100, 400, 400, 1200}};
+      const auto decoded = decode(*fused, compress_segments(*fused, chunk, "x#chunk1", step, pieces), 500);
+      const std::vector<float> pa(a.begin() + 100, a.begin() + 200), pb(b.begin() + 400, b.begin() + 800);
+      const auto da = decode(*alone, compress_segments(*alone, pa, "a#chunk1", step, {{"a", 0, 100, 100, 300}}), 100);
+      const auto db = decode(*alone, compress_segments(*alone, pb, "b#chunk1", step, {{"b", 0, 400, 400, 1200}}), 400);
+      ASSERT_EQ(bits_of(std::vector<float>(decoded.begin(), decoded.begin() + 100)), bits_of(da)) << spec;
+      ASSERT_EQ(bits_of(std::vector<float>(decoded.begin() + 100, decoded.end())), bits_of(db)) << spec;
+      ASSERT_EQ(fused->save_state(), alone->save_state()) << spec << " step " << step;
+    }
+  }
+}
+
+// A segmented payload whose part is corrupt is refused before anything is written; a truncated table too.
+TEST(Segments, ACorruptPartLeavesTheWholeOutputUntouched) {
+  for (const char* spec : {"topk:ratio=0.05", "qsgd", "randomk:ratio=0.1", "blocktopk:ratio=0.1,block=16", "dgc"}) {
+    auto c = make_compressor(spec);
+    const auto grad = make_values(3000, 3, false);
+    const auto payload =
+        compress_segments(*c, grad, "bucket", 0, {{"p", 0, 1000, 0, 0}, {"q", 1000, 1500, 0, 0}, {"r", 2500, 500, 0, 0}});
+    std::size_t refused = 0;
+    for (std::size_t at = 0; at < payload.size(); at += 7) {
+      auto bad = payload;
+      bad[at] ^= std::byte{0x5A};
+      std::vector<float> out(3000, 42.0f);
+      try {
+        c->decompress(bad, TensorView(out.data(), out.size(), DType::kF32), DecodeMode::kAccumulate);
+      } catch (const CorruptPayload&) {
+        ++refused;
+        ASSERT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return v == 42.0f; }))
+            << spec << ": byte " << at << " flipped, refused, but the output was written";
+      }
+    }
+    EXPECT_GT(refused, payload.size() / 70) << spec;
+    auto cut = payload;
+    cut.resize(cut.size() - 3);
+    std::vector<float> out(3000, 0.0f);
+    EXPECT_THROW(c->decompress(cut, TensorView(out.data(), out.size(), DType::kF32), DecodeMode::kOverwrite),
+                 CorruptPayload);
   }
 }
 
