@@ -20,6 +20,7 @@
 
 #include "gradcomp/collectives.h"
 #include "gradcomp/communicator.h"
+#include "gradcomp/compressor.h"
 #include "gradcomp/tensor.h"
 
 namespace gradcomp {
@@ -105,6 +106,25 @@ struct Status {
   void rethrow() const;
 };
 
+// What one allreduce_async() call asks for beyond the name and the tensor; every field is optional.
+struct SubmitOptions {
+  // Compressor spec ("" = the policy). Ignored when `compressor` is given.
+  std::string_view spec = {};
+  // kSum or kAverage; unset = RuntimeOptions::op.
+  std::optional<ReduceOp> op = std::nullopt;
+  // A compressor the caller owns (one per optimizer, per hook, per client): its state (residuals, momenta, steps) is
+  // the caller's, never the runtime's, and neither runtime save_state() nor another scope ever sees it. Requires a
+  // non-empty `scope`, one compressor per scope; it must outlive every tensor submitted with it and must not be used
+  // by anyone else while they are pending. Its spec() is what the ranks negotiate.
+  Compressor* compressor = nullptr;
+  // The caller's namespace: names are unique per scope, so two owners may both submit "0.weight". The ranks
+  // negotiate (scope, name), and only tensors of one scope share a fusion buffer. "" = the runtime's own.
+  std::string_view scope = {};
+  // The tensor's step for its codec (random-k's indices, DGC's warm-up, stochastic rounding), e.g. the optimizer's
+  // step count; unset = how many times this runtime reduced the name before.
+  std::optional<std::uint64_t> step = std::nullopt;
+};
+
 // Ticket of one allreduce_async() call; pass it to wait() exactly once.
 struct Handle {
   std::uint64_t id = 0;
@@ -164,12 +184,20 @@ class Runtime {
   // Every rank must submit the same names with the same numel, dtype, spec and op, in any order; a mismatch completes
   // the tensor with InvalidArgument on every rank. CUDA tensors are fused in device memory (per device and stream
   // order of the first member) and stay there (see RuntimeOptions::device_comm). Throws InvalidArgument (bad spec or
-  // op, duplicate pending name, a CUDA tensor in a build without CUDA) or the error that stopped the runtime.
+  // op, duplicate pending name, a CUDA tensor without a usable CUDA device) or the error that stopped the runtime.
+  // An error while a buffer is compressed (a NaN under nonfinite=raise, ...) completes that buffer's tensors with it;
+  // only a communication failure (CommError, Timeout) stops the runtime.
   Handle allreduce_async(std::string_view name, const TensorView& tensor, std::string_view spec = {},
                          std::optional<ReduceOp> op = std::nullopt);
   // Same, reporting completion only to `on_done` (no handle to wait on; synchronize() still waits for it).
   void allreduce_async(std::string_view name, const TensorView& tensor, std::string_view spec,
                        CompletionCallback on_done, std::optional<ReduceOp> op = std::nullopt);
+  // Same, with every option of SubmitOptions (an owner's compressor and scope, the tensor's step). A tensor the
+  // runtime cannot serve (a CUDA tensor without a usable CUDA device, a size its codec cannot address, another
+  // compressor for a scope) is refused here with InvalidArgument naming it and the rank; the runtime keeps serving.
+  Handle allreduce_async(std::string_view name, const TensorView& tensor, const SubmitOptions& submit);
+  void allreduce_async(std::string_view name, const TensorView& tensor, const SubmitOptions& submit,
+                       CompletionCallback on_done);
 
   // Blocks until `handle` completes and rethrows its error. Throws Timeout past the deadline, InvalidArgument for
   // an unknown or already waited handle.

@@ -136,14 +136,25 @@ void Runtime::Impl::execute(const std::vector<runtime::ReadyTensor>& ready, Cloc
                                              return limit == 0 || sig.numel * dtype_size(sig.dtype) <= limit;
                                            });
   for (const auto& group : groups) {
-    std::vector<const runtime::ReadyTensor*> members;
-    std::vector<TensorView> tensors;
+    std::vector<runtime::Executor::Member> members;
     for (std::size_t index : group.members) {
-      members.push_back(&ready[index]);
-      tensors.push_back(pending_.at(ready[index].name).tensor);
+      const Request& request = pending_.at(ready[index].name);
+      members.push_back({&ready[index], request.tensor, request.compressor, request.step});
     }
-    BufferRecord record = executor_.execute(group, members, tensors);
-    {
+    // An error of this buffer's own work (its codec refusing a value, a corrupt payload) fails its tensors alone;
+    // a communication failure leaves the communicator unusable and stops the runtime (the loop's handler).
+    BufferRecord record;
+    Status status;
+    try {
+      record = executor_.execute(group, members);
+    } catch (const CommError&) {
+      throw;
+    } catch (const Timeout&) {
+      throw;
+    } catch (const Error&) {
+      status = Status{std::current_exception()};
+    }
+    if (status.ok()) {
       std::lock_guard lock(stats_mutex_);
       ++stats_.messages;
       stats_.input_bytes += record.input_bytes;
@@ -157,10 +168,10 @@ void Runtime::Impl::execute(const std::vector<runtime::ReadyTensor>& ready, Cloc
       stats_.buffers.push_back(std::move(record));
       if (stats_.buffers.size() > 1024) stats_.buffers.erase(stats_.buffers.begin());
     }
-    for (const auto* member : members) {
-      auto it = pending_.find(member->name);
-      negotiator_.remove_pending(member->name);
-      complete(it->second, Status{});
+    for (const auto& member : members) {
+      auto it = pending_.find(member.ready->name);
+      negotiator_.remove_pending(member.ready->name);
+      complete(it->second, status);
       pending_.erase(it);
     }
   }

@@ -230,47 +230,55 @@ std::map<std::string, Executor::ResidualShape> Executor::load_state(ByteReader& 
   return shapes;
 }
 
-BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const ReadyTensor*>& members,
-                               const std::vector<TensorView>& tensors) {
+BufferRecord Executor::execute(const FusionGroup& group, const std::vector<Member>& members) {
   BufferRecord record;
   record.tensors = members.size();
   record.input_bytes = group.bytes;
   record.op = group.op;
-  std::string spec = group.spec;
-  if (spec == kAutoSpec) spec = group.dtype == DType::kF32 ? choose_auto(group.bytes, record) : canonical_spec("none");
   std::lock_guard lock(codecs_mutex_);
-  Codec& codec = codec_for(spec);
-  record.spec = codec.spec;
+  Compressor* compressor = members[0].compressor;
+  if (compressor == nullptr) {
+    std::string spec = group.spec;
+    if (spec == kAutoSpec) {
+      spec = group.dtype == DType::kF32 ? choose_auto(group.bytes, record) : canonical_spec("none");
+    }
+    compressor = codec_for(spec).compressor.get();
+  }
+  record.spec = compressor->spec();
 
   const bool single = members.size() == 1;
   const std::string buffer_name =
-      single ? members[0]->name
-             : fmt::format("fused[{}+{}]#{}", members[0]->name, members.size() - 1, group.numel);
+      single ? members[0].ready->name
+             : fmt::format("fused[{}+{}]#{}", members[0].ready->name, members.size() - 1, group.numel);
   const std::size_t elem = dtype_size(group.dtype);
 
-  // Copy in; every member is a segment that keeps its own error-feedback state. CUDA tensors are fused in device
-  // memory on the first member's stream (members on other streams are waited for first).
+  // Copy in; every member is a segment that keeps its own error-feedback state and step, so the codec compresses it
+  // as it would alone. CUDA tensors are fused in device memory on the first member's stream (members on other
+  // streams are waited for first).
   auto copy_start = Clock::now();
-  const bool on_device = tensors[0].device().is_cuda();
+  const TensorView& first = members[0].tensor;
+  const bool on_device = first.device().is_cuda();
   std::unique_ptr<algorithms::MemorySpace> device_space;
-  if (on_device) device_space = algorithms::cuda_space(tensors[0]);
+  if (on_device) device_space = algorithms::cuda_space(first);
   algorithms::MemorySpace& space = on_device ? *device_space : algorithms::host_space();
   // The fusion buffer comes from a pool (buffer_pool.h), so a repeated layout reuses the same block: on the host the
   // executor's own (the algorithms' per-thread pool then keeps its slots for payloads), on a device the space's.
   algorithms::Bytes fusion_buffer(0);
-  TensorView buffer = tensors[0];
+  TensorView buffer = first;
   if (!single) {
     fusion_buffer = on_device ? space.allocate(group.bytes) : algorithms::Bytes(fusion_pool_, group.bytes);
     buffer = space.view(fusion_buffer.data(), group.numel, group.dtype);
   }
   segments_.clear();
   for (std::size_t m = 0; m < members.size(); ++m) {
-    const TensorView& t = tensors[m];
+    const TensorView& t = members[m].tensor;
     if (!single) {
-      if (on_device && t.stream() != tensors[0].stream()) algorithms::cuda_space(t)->synchronize();
+      if (on_device && t.stream() != first.stream()) algorithms::cuda_space(t)->synchronize();
       space.copy(static_cast<std::byte*>(buffer.data()) + group.offsets[m] * elem, t.data(), t.bytes());
     }
-    segments_.push_back(TensorSegment{members[m]->name, group.offsets[m], t.numel(), 0, t.numel(), t.rows()});
+    const std::string& name = members[m].ready->name;
+    const std::uint64_t step = members[m].step != kStepOfCall ? members[m].step : steps_[name]++;
+    segments_.push_back(TensorSegment{name, group.offsets[m], t.numel(), 0, t.numel(), t.rows(), step});
   }
   auto copy_end = Clock::now();
   record.copy_in_s = std::chrono::duration<double>(copy_end - copy_start).count();
@@ -280,11 +288,11 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
   options.op = group.op;  // one op per buffer: plan_fusion never mixes ops
   options.verify = false;  // names, sizes and specs were negotiated
   options.algorithm = options_.algorithm;
-  options.step = steps_[buffer_name]++;
+  options.step = segments_[0].step;
   options.segments = segments_;
   const auto call_start = Clock::now();
   Communicator& data_comm = on_device && options_.device_comm != nullptr ? *options_.device_comm : comm_;
-  AllreduceStats stats = compressed_allreduce(data_comm, *codec.compressor, buffer, buffer_name, options);
+  AllreduceStats stats = compressed_allreduce(data_comm, *compressor, buffer, buffer_name, options);
   record.staged_bytes = stats.staged_bytes;
   const auto call_end = Clock::now();
   record.algorithm = std::string(algorithm_name(stats.algorithm));
@@ -313,8 +321,8 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<const
   if (!single) {
     auto out_start = Clock::now();
     for (std::size_t m = 0; m < members.size(); ++m) {
-      space.copy(tensors[m].data(), static_cast<const std::byte*>(buffer.data()) + group.offsets[m] * elem,
-                 tensors[m].bytes());
+      space.copy(members[m].tensor.data(), static_cast<const std::byte*>(buffer.data()) + group.offsets[m] * elem,
+                 members[m].tensor.bytes());
     }
     space.synchronize();  // the members are complete when their handles are
     auto out_end = Clock::now();

@@ -56,9 +56,15 @@ class Executor {
  public:
   Executor(Communicator& comm, const RuntimeOptions& options, Timeline* timeline);
 
-  // Runs one group (collective: every rank calls it with the same group). `tensors[i]` is the view of member i.
-  BufferRecord execute(const FusionGroup& group, const std::vector<const ReadyTensor*>& members,
-                       const std::vector<TensorView>& tensors);
+  // One member of a group: what negotiation decided, and what this rank's request brought.
+  struct Member {
+    const ReadyTensor* ready = nullptr;
+    TensorView tensor;
+    Compressor* compressor = nullptr;  // the owner's (every member of a group has the same), or null
+    std::uint64_t step = kStepOfCall;  // the owner's step, or kStepOfCall: counted per name here
+  };
+  // Runs one group (collective: every rank calls it with the same group).
+  BufferRecord execute(const FusionGroup& group, const std::vector<Member>& members);
 
   // Copy of the error-feedback residual of `name` kept by any codec instance (empty when none).
   std::vector<float> residual(const std::string& name) const;
@@ -87,7 +93,7 @@ class Executor {
   Timeline* timeline_;
   mutable std::mutex codecs_mutex_;      // residual() reads codec state from other threads
   std::map<std::string, Codec> codecs_;  // key: canonical spec
-  std::map<std::string, std::uint64_t> steps_;  // per buffer name
+  std::map<std::string, std::uint64_t> steps_;  // per tensor name: reductions so far (its codec's step)
   std::vector<TensorSegment> segments_;
   algorithms::BlockPool fusion_pool_{algorithms::host_allocator()};  // host fusion buffers (used by the cycle thread)
   AutoModel model_;

@@ -20,9 +20,9 @@ struct FusionGroup {
   ReduceOp op = ReduceOp::kAverage;  // every member's: one buffer is reduced with one op
 };
 
-// Tensors that may share a fusion buffer: equal dtype, device, spec and reduce op.
+// Tensors that may share a fusion buffer: equal dtype, device, spec, reduce op and scope (one owner's compressor).
 inline bool same_fusion_kind(const Signature& a, const Signature& b) {
-  return a.dtype == b.dtype && a.device == b.device && a.spec == b.spec && a.op == b.op;
+  return a.dtype == b.dtype && a.device == b.device && a.spec == b.spec && a.op == b.op && a.scope == b.scope;
 }
 
 // Packs `ready` (in order) into groups of equal dtype, device, spec and reduce op whose bytes stay within `threshold`

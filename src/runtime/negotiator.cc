@@ -22,6 +22,7 @@ void put_signature(ByteWriter& writer, const Signature& signature) {
   writer.put<std::int32_t>(signature.device.index);
   writer.put_string(signature.spec);
   writer.put<std::uint8_t>(static_cast<std::uint8_t>(signature.op));
+  writer.put_string(signature.scope);
 }
 
 Signature get_signature(ByteReader& reader) {
@@ -32,14 +33,15 @@ Signature get_signature(ByteReader& reader) {
   signature.device.index = reader.get<std::int32_t>();
   signature.spec = reader.get_string();
   signature.op = static_cast<ReduceOp>(reader.get<std::uint8_t>());
+  signature.scope = reader.get_string();
   return signature;
 }
 
 }  // namespace
 
 std::string Signature::describe() const {
-  return fmt::format("{}[{}] on {}, spec {}, op {}", dtype_name(dtype), numel, device_name(device), spec,
-                     reduce_op_name(op));
+  return fmt::format("{}[{}] on {}, spec {}, op {}{}", dtype_name(dtype), numel, device_name(device), spec,
+                     reduce_op_name(op), scope.empty() ? std::string() : fmt::format(", scope {}", scope));
 }
 
 Negotiator::Negotiator(int rank, int size, std::size_t cache_capacity)

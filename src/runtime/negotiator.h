@@ -36,6 +36,7 @@ struct Signature {
   Device device{};
   std::string spec;  // canonical spec or "auto"
   ReduceOp op = ReduceOp::kAverage;  // kSum or kAverage, per request
+  std::string scope = {};  // the submitter's namespace (SubmitOptions::scope); "" = the runtime's own codecs
 
   friend bool operator==(const Signature&, const Signature&) = default;
   // "f32[2560] on cpu, spec none, op average".

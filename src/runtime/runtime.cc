@@ -5,6 +5,8 @@
 #include <cstdio>
 
 #include "gradcomp/config.h"
+#include "gradcomp/registry.h"
+#include "kernels/cuda_device.h"
 #include "gradcomp/error.h"
 #include "src/runtime/policy.h"
 #include "src/runtime/runtime_impl.h"
@@ -29,16 +31,19 @@ Runtime::Impl::Impl(Communicator& comm, RuntimeOptions options)
   thread_ = std::thread([this] { loop(); });
 }
 
-std::uint64_t Runtime::Impl::enqueue(std::string_view name, const TensorView& tensor, std::string_view spec,
-                                     std::optional<ReduceOp> op, CompletionCallback callback) {
-  GRADCOMP_CHECK(!name.empty(), "allreduce_async on rank {}: the tensor name must not be empty", comm_.rank());
-  const ReduceOp reduce = op.value_or(options_.op);
+std::uint64_t Runtime::Impl::enqueue(std::string_view user_name, const TensorView& tensor,
+                                     const SubmitOptions& submit, CompletionCallback callback) {
+  GRADCOMP_CHECK(!user_name.empty(), "allreduce_async on rank {}: the tensor name must not be empty", comm_.rank());
+  GRADCOMP_CHECK(submit.compressor == nullptr || !submit.scope.empty(),
+                 "allreduce_async('{}') on rank {}: a caller's compressor needs a scope (SubmitOptions::scope)",
+                 user_name, comm_.rank());
+  const std::string key =
+      submit.scope.empty() ? std::string(user_name) : fmt::format("[{}]{}", submit.scope, user_name);
+  const std::string_view name = key;
+  const ReduceOp reduce = submit.op.value_or(options_.op);
   GRADCOMP_CHECK(reduce == ReduceOp::kSum || reduce == ReduceOp::kAverage,
                  "allreduce_async('{}') on rank {}: op must be sum or average, got {}", name, comm_.rank(),
                  reduce_op_name(reduce));
-  GRADCOMP_CHECK(tensor.device().is_cpu() || GRADCOMP_WITH_CUDA,
-                 "allreduce_async('{}') on rank {}: {} is a CUDA tensor but gradcomp was built without CUDA", name,
-                 comm_.rank(), tensor.describe());
   if (tensor.device().is_cuda() && options_.device_comm != nullptr) {
     GRADCOMP_CHECK(options_.device_comm->size() == comm_.size() && options_.device_comm->rank() == comm_.rank(),
                    "allreduce_async('{}') on rank {}: RuntimeOptions::device_comm is rank {} of {}, the runtime's "
@@ -46,18 +51,31 @@ std::uint64_t Runtime::Impl::enqueue(std::string_view name, const TensorView& te
                    name, comm_.rank(), options_.device_comm->rank(), options_.device_comm->size(), comm_.rank(),
                    comm_.size());
   }
-  std::string resolved =
-      spec.empty() ? runtime::resolve_spec(options_.policy, name, tensor.bytes()) : std::string(spec);
+  std::string resolved = submit.compressor != nullptr ? submit.compressor->spec()
+                         : submit.spec.empty()        ? runtime::resolve_spec(options_.policy, user_name, tensor.bytes())
+                                                      : std::string(submit.spec);
   Request request;
-  request.name = std::string(name);
+  request.name = key;
   request.tensor = tensor;
-  request.signature = {tensor.numel(), tensor.dtype(), tensor.device(), canonical(resolved), reduce};
+  request.compressor = submit.compressor;
+  request.step = submit.step.value_or(kStepOfCall);
+  request.signature = {tensor.numel(), tensor.dtype(), tensor.device(),
+                       submit.compressor != nullptr ? resolved : canonical(resolved), reduce,
+                       std::string(submit.scope)};
+  check_servable(name, tensor, request.signature.spec, submit.compressor);
   request.callback = std::move(callback);
   request.enqueued = Clock::now();
   std::lock_guard lock(mutex_);
   if (fatal_) std::rethrow_exception(fatal_);
   GRADCOMP_CHECK(!shutdown_requested_, "allreduce_async('{}') on rank {}: the runtime is shut down", name,
                  comm_.rank());
+  if (submit.compressor != nullptr) {
+    const auto [it, fresh] = scopes_.emplace(std::string(submit.scope), submit.compressor);
+    GRADCOMP_CHECK(fresh || it->second == submit.compressor,
+                   "allreduce_async('{}') on rank {}: scope '{}' already submits with another compressor (one "
+                   "compressor per scope)",
+                   user_name, comm_.rank(), submit.scope);
+  }
   if (auto it = loaded_.find(request.name); it != loaded_.end()) {
     // First submission of a name whose residual came from load_state(): it must be the tensor it was saved for.
     const bool auto_spec = request.signature.spec == runtime::kAutoSpec;
@@ -166,6 +184,35 @@ void Runtime::Impl::start_timeline(const std::string& path_pattern, int rank) {
   timeline_.open(path, rank);
 }
 
+void Runtime::Impl::check_servable(std::string_view name, const TensorView& tensor, const std::string& spec,
+                                   Compressor* owned) {
+  if (tensor.device().is_cuda()) {
+    const int devices = cuda_device_count();
+    GRADCOMP_CHECK(devices > tensor.device().index && tensor.device().index >= 0,
+                   "allreduce_async('{}') on rank {}: {} is a CUDA tensor but {} (the runtime keeps serving other "
+                   "tensors)",
+                   name, comm_.rank(), tensor.describe(),
+                   devices == 0 ? cuda_unavailable_reason()
+                                : fmt::format("this process sees {} CUDA device(s)", devices));
+  }
+  GRADCOMP_CHECK(tensor.dtype() == DType::kF32 || tensor.dtype() == DType::kF16 || tensor.dtype() == DType::kBF16,
+                 "allreduce_async('{}') on rank {}: the tensor must be f32, f16 or bf16, got {}", name, comm_.rank(),
+                 tensor.describe());
+  if (spec == runtime::kAutoSpec) return;
+  try {
+    if (owned != nullptr) {
+      (void)owned->max_payload_bytes(tensor.numel());
+      return;
+    }
+    std::lock_guard lock(spec_mutex_);
+    auto& probe = probes_[spec];
+    if (!probe) probe = make_compressor(spec);
+    (void)probe->max_payload_bytes(tensor.numel());
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(fmt::format("allreduce_async('{}') on rank {}: {}", name, comm_.rank(), error.what()));
+  }
+}
+
 std::string Runtime::Impl::canonical(const std::string& spec) {
   std::lock_guard lock(spec_mutex_);
   auto it = canonical_.find(spec);
@@ -223,13 +270,22 @@ Runtime::~Runtime() {
 
 Handle Runtime::allreduce_async(std::string_view name, const TensorView& tensor, std::string_view spec,
                                std::optional<ReduceOp> op) {
-  return Handle{impl_->enqueue(name, tensor, spec, op, nullptr)};
+  return Handle{impl_->enqueue(name, tensor, SubmitOptions{.spec = spec, .op = op}, nullptr)};
 }
 
 void Runtime::allreduce_async(std::string_view name, const TensorView& tensor, std::string_view spec,
                               CompletionCallback on_done, std::optional<ReduceOp> op) {
+  allreduce_async(name, tensor, SubmitOptions{.spec = spec, .op = op}, std::move(on_done));
+}
+
+Handle Runtime::allreduce_async(std::string_view name, const TensorView& tensor, const SubmitOptions& submit) {
+  return Handle{impl_->enqueue(name, tensor, submit, nullptr)};
+}
+
+void Runtime::allreduce_async(std::string_view name, const TensorView& tensor, const SubmitOptions& submit,
+                              CompletionCallback on_done) {
   GRADCOMP_CHECK(static_cast<bool>(on_done), "allreduce_async('{}'): the completion callback is empty", name);
-  impl_->enqueue(name, tensor, spec, op, std::move(on_done));
+  impl_->enqueue(name, tensor, submit, std::move(on_done));
 }
 
 void Runtime::wait(Handle handle) { impl_->wait(handle); }

@@ -31,16 +31,18 @@ class Runtime::Impl {
 
   struct Request {
     std::uint64_t id = 0;
-    std::string name;
+    std::string name;  // the negotiated key: the user's name, "[scope]name" inside a scope
     TensorView tensor;
+    Compressor* compressor = nullptr;  // the owner's (SubmitOptions::compressor), or null: the runtime's codec
+    std::uint64_t step = kStepOfCall;  // SubmitOptions::step, or kStepOfCall: the runtime counts
     runtime::Signature signature;
     CompletionCallback callback;
     runtime::Clock::time_point enqueued;
   };
 
   // The calls behind Runtime's public methods (see gradcomp/runtime.h).
-  std::uint64_t enqueue(std::string_view name, const TensorView& tensor, std::string_view spec,
-                        std::optional<ReduceOp> op, CompletionCallback callback);
+  std::uint64_t enqueue(std::string_view name, const TensorView& tensor, const SubmitOptions& submit,
+                        CompletionCallback callback);
   void wait(Handle handle);
   bool poll(Handle handle) const;
   void synchronize();
@@ -104,8 +106,14 @@ class Runtime::Impl {
   std::map<std::string, runtime::Executor::ResidualShape> loaded_;  // loaded residuals not yet submitted
   std::exception_ptr fatal_;
 
+  // Refuses (InvalidArgument naming the tensor and rank) what the runtime could only fail later: a CUDA tensor
+  // without a usable device, a size the codec cannot address.
+  void check_servable(std::string_view name, const TensorView& tensor, const std::string& spec, Compressor* owned);
+
   std::mutex spec_mutex_;
   std::map<std::string, std::string> canonical_;
+  std::map<std::string, std::unique_ptr<Compressor>> probes_;  // (spec_mutex_) one per spec, for check_servable
+  std::map<std::string, Compressor*> scopes_;                  // (mutex_) the compressor of each scope
   std::mutex stats_mutex_;
   RuntimeStats stats_;
   std::mutex join_mutex_;
