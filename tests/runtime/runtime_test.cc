@@ -9,8 +9,10 @@
 #include <atomic>
 #include <cmath>
 #include <fstream>
+#include <latch>
 #include <numeric>
 #include <random>
+#include <latch>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -291,6 +293,7 @@ TEST(Runtime, ScatterReduceAllgatherCodecThroughFusion) {
 }
 
 TEST(Runtime, CallbacksAndPolicyRules) {
+  std::latch dup_tried(1);
   run_ranks(2, [&](Communicator& comm) {
     RuntimeOptions options = quiet_options();
     options.policy.rules = {{"*.bias", "none"}};
@@ -314,8 +317,13 @@ TEST(Runtime, CallbacksAndPolicyRules) {
     EXPECT_TRUE(rt.residual("fc.bias").empty());
     EXPECT_EQ(rt.residual("fc.weight").size(), 5000u);
     std::vector<float> x(10, 1.0f);
+    // Rank 1 submits "dup" only after rank 0 has tried twice, so rank 0's first "dup" is surely still pending.
+    if (comm.rank() == 1) dup_tried.wait();
     Handle h = rt.allreduce_async("dup", TensorView::of(std::span<float>(x)));
-    EXPECT_THROW(rt.allreduce_async("dup", TensorView::of(std::span<float>(x))), InvalidArgument);
+    if (comm.rank() == 0) {
+      EXPECT_THROW(rt.allreduce_async("dup", TensorView::of(std::span<float>(x))), InvalidArgument);
+      dup_tried.count_down();
+    }
     rt.wait(h);
     EXPECT_THROW(rt.wait(h), InvalidArgument);  // already waited
     EXPECT_THROW(rt.allreduce_async("bad", TensorView::of(std::span<float>(x)), "nosuchcodec"), InvalidArgument);

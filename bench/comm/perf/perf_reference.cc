@@ -10,13 +10,14 @@ namespace gradcomp::perf {
 namespace {
 
 std::vector<std::byte> compress_as(Compressor& codec, std::span<const float> values, std::string_view name, int rank,
-                                   int n, float prescale) {
+                                   int n, float prescale, std::span<const TensorSegment> segments = {}) {
   CompressContext ctx;
   ctx.name = name;
+  ctx.segments = segments;
   ctx.rank = rank;
   ctx.world_size = n;
   ctx.prescale = prescale;
-  std::vector<std::byte> out(codec.max_payload_bytes(values.size()));
+  std::vector<std::byte> out(codec.payload_bound(values.size(), segments));
   out.resize(codec.compress(TensorView(const_cast<float*>(values.data()), values.size(), DType::kF32), out, ctx));
   return out;
 }
@@ -56,9 +57,12 @@ std::optional<std::vector<float>> reference(const std::string& spec, AllreduceAl
     const int chunks = sra ? n : 1;
     for (int c = 0; c < chunks; ++c) {
       const std::size_t b = numel * c / chunks, e = numel * (c + 1) / chunks;
+      // Scatter-reduce-allgather compresses chunk c as the piece [b, e) of tensor "perf".
       const std::string name = sra ? fmt::format("perf#chunk{}", c) : std::string("perf");
+      const TensorSegment piece{"perf", 0, e - b, b, numel};
       const auto payload = compress_as(*twin, std::span(grad).subspan(b, e - b), name, r, n,
-                                       dense ? 1.0f / static_cast<float>(n) : 1.0f);
+                                       dense ? 1.0f / static_cast<float>(n) : 1.0f,
+                                       sra ? std::span(&piece, 1) : std::span<const TensorSegment>{});
       decoded.assign(e - b, 0.0f);
       twin->decompress(payload, TensorView(decoded.data(), e - b, DType::kF32), DecodeMode::kOverwrite);
       for (std::size_t i = b; i < e; ++i) ref[i] += decoded[i - b];
