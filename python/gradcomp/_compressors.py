@@ -299,6 +299,15 @@ def compressor(spec, **params):
     return Compressor(full)
 
 
+def owned_compressor(spec, **params):
+    """compressor(spec, **params) for an owner of compressor state (an optimizer, a hook): a gradcomp Compressor
+    object passed in is not shared but copied from its spec (a fresh instance, no state), so two owners given the same
+    object never see each other's residuals. Python codecs are used as given (Horovod's semantics)."""
+    if isinstance(spec, Compressor):
+        return Compressor(spec.spec, **params)
+    return compressor(spec, **params)
+
+
 def _is_horovod_style(obj):
     """A class or object with Horovod's compressor methods that is not a gradcomp spec (Compression.none/fp16 are
     specs with those methods: they keep the C++ codecs)."""

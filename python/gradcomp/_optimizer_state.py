@@ -8,18 +8,14 @@ from ._gradcomp import InvalidArgument
 
 def save(opt, ctx):
     """The "gradcomp" entry of `opt`'s state_dict(): this rank's compressor state and step in a checksummed envelope
-    (kind "optimizer", spec, rank, world size), plus, on the runtime backend, the runtime's own checksummed state.
-    `ctx`: gradcomp.torch's process context (backend, rank, size, runtime)."""
-    gc = _state.seal("optimizer", opt._compressor.spec, opt._compressor._state_bytes(), ctx.rank, ctx.size,
-                     opt._step_count_gc)
-    if ctx.backend == "runtime" and ctx.runtime is not None:
-        # The C++ runtime keeps the residuals of its fused buffers and its own codec instances: this rank's share of
-        # the checkpoint (per rank; raises InvalidArgument while gradients are still in flight).
-        if opt._handles:
-            raise InvalidArgument("DistributedOptimizer.state_dict(): gradients are still being reduced; call "
-                                  "step() or synchronize() first")
-        gc["runtime"] = {"rank": ctx.rank, "size": ctx.size, "state": ctx.runtime.save_state()}
-    return gc
+    (kind "optimizer", spec, rank, world size). The optimizer owns its compressor on every backend (on the runtime
+    backend too: the runtime runs the optimizer's instance in the optimizer's scope), so this is all of its state and
+    nothing of any other optimizer's. `ctx`: gradcomp.torch's process context (backend, rank, size, runtime)."""
+    if opt._handles:
+        raise InvalidArgument("DistributedOptimizer.state_dict(): gradients are still being reduced; call "
+                              "step() or synchronize() first")
+    return _state.seal("optimizer", opt._compressor.spec, opt._compressor._state_bytes(), ctx.rank, ctx.size,
+                       opt._step_count_gc)
 
 
 def load(opt, gc, ctx, load_wrapped):
@@ -46,7 +42,8 @@ def load(opt, gc, ctx, load_wrapped):
 
 
 def _runtime_state(opt, rt, ctx):
-    """The runtime's state bytes in a checkpoint's gradcomp entry, or None (none saved, or another backend)."""
+    """The runtime's state bytes in a checkpoint's gradcomp entry (written by gradcomp before optimizers owned their
+    compressor on the runtime backend), or None."""
     if rt is None:
         return None
     if ctx.backend != "runtime" or ctx.runtime is None:

@@ -180,18 +180,27 @@ void init_comm(nb::module_& m) {
       .def(
           "allreduce_async",
           [](Runtime& r, std::string_view name, const OutArray& tensor, std::string_view spec, std::uintptr_t stream,
-             std::optional<std::string_view> op) {
+             std::optional<std::string_view> op, Compressor* compressor, std::string_view scope,
+             std::optional<std::uint64_t> step) {
             const TensorView view = to_view(tensor, fmt::format("allreduce_async('{}')", name), stream);
-            const std::optional<ReduceOp> reduce = op ? std::optional(op_of(*op)) : std::nullopt;
+            SubmitOptions submit;
+            submit.spec = spec;
+            if (op) submit.op = op_of(*op);
+            submit.compressor = compressor;
+            submit.scope = scope;
+            submit.step = step;
             nb::gil_scoped_release release;
-            return r.allreduce_async(name, view, spec, reduce).id;
+            return r.allreduce_async(name, view, submit).id;
           },
-          "name"_a, "tensor"_a, "spec"_a = "", "stream"_a = 0, "op"_a = nb::none(),
+          "name"_a, "tensor"_a, "spec"_a = "", "stream"_a = 0, "op"_a = nb::none(), "compressor"_a = nb::none(),
+          "scope"_a = "", "step"_a = nb::none(),
           "Enqueues an in-place allreduce; returns a handle id for wait(). Keep the tensor alive until then.\n"
           "For a CUDA tensor, `stream` is the cudaStream_t that produced it\n"
           "(torch.cuda.current_stream().cuda_stream).\n"
           "op: \"sum\" or \"average\" for this tensor; None = the runtime's op (its constructor's). Only tensors\n"
-          "of the same op are fused together.")
+          "of the same op are fused together.\n"
+          "compressor + scope: the caller's own codec instance (its state is the caller's) and namespace (names are\n"
+          "unique and negotiated per scope; one compressor per scope). step: the tensor's step for its codec.")
       .def(
           "wait",
           [](Runtime& r, std::uint64_t id) {

@@ -139,7 +139,7 @@ void Runtime::Impl::execute(const std::vector<runtime::ReadyTensor>& ready, Cloc
     std::vector<runtime::Executor::Member> members;
     for (std::size_t index : group.members) {
       const Request& request = pending_.at(ready[index].name);
-      members.push_back({&ready[index], request.tensor, request.compressor, request.step});
+      members.push_back({&ready[index], request.tensor, request.compressor, request.user_name, request.step});
     }
     // An error of this buffer's own work (its codec refusing a value, a corrupt payload) fails its tensors alone;
     // a communication failure leaves the communicator unusable and stops the runtime (the loop's handler).

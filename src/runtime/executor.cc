@@ -248,7 +248,8 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<Membe
 
   const bool single = members.size() == 1;
   const std::string buffer_name =
-      single ? members[0].ready->name
+      single ? std::string(members[0].compressor != nullptr ? members[0].user_name
+                                                            : std::string_view(members[0].ready->name))
              : fmt::format("fused[{}+{}]#{}", members[0].ready->name, members.size() - 1, group.numel);
   const std::size_t elem = dtype_size(group.dtype);
 
@@ -276,8 +277,12 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<Membe
       if (on_device && t.stream() != first.stream()) algorithms::cuda_space(t)->synchronize();
       space.copy(static_cast<std::byte*>(buffer.data()) + group.offsets[m] * elem, t.data(), t.bytes());
     }
-    const std::string& name = members[m].ready->name;
-    const std::uint64_t step = members[m].step != kStepOfCall ? members[m].step : steps_[name]++;
+    // The runtime's own codecs key state by the negotiated name (scope included); an owner's compressor by the names
+    // the owner submitted, as it would outside the runtime.
+    const std::string_view name = members[m].compressor != nullptr ? members[m].user_name
+                                                                    : std::string_view(members[m].ready->name);
+    const std::uint64_t step =
+        members[m].step != kStepOfCall ? members[m].step : steps_[members[m].ready->name]++;
     segments_.push_back(TensorSegment{name, group.offsets[m], t.numel(), 0, t.numel(), t.rows(), step});
   }
   auto copy_end = Clock::now();

@@ -61,6 +61,7 @@ class Executor {
     const ReadyTensor* ready = nullptr;
     TensorView tensor;
     Compressor* compressor = nullptr;  // the owner's (every member of a group has the same), or null
+    std::string_view user_name;        // the name as submitted (an owner's compressor keys its state by it)
     std::uint64_t step = kStepOfCall;  // the owner's step, or kStepOfCall: counted per name here
   };
   // Runs one group (collective: every rank calls it with the same group).

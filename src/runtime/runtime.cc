@@ -56,6 +56,7 @@ std::uint64_t Runtime::Impl::enqueue(std::string_view user_name, const TensorVie
                                                       : std::string(submit.spec);
   Request request;
   request.name = key;
+  request.user_name = std::string(user_name);
   request.tensor = tensor;
   request.compressor = submit.compressor;
   request.step = submit.step.value_or(kStepOfCall);

@@ -32,6 +32,7 @@ class Runtime::Impl {
   struct Request {
     std::uint64_t id = 0;
     std::string name;  // the negotiated key: the user's name, "[scope]name" inside a scope
+    std::string user_name;  // the name as submitted: what an owner's compressor keys state and random streams by
     TensorView tensor;
     Compressor* compressor = nullptr;  // the owner's (SubmitOptions::compressor), or null: the runtime's codec
     std::uint64_t step = kStepOfCall;  // SubmitOptions::step, or kStepOfCall: the runtime counts

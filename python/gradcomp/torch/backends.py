@@ -2,7 +2,10 @@
 allreduce(compression=...) use it: "torch" (the C++ algorithms over the process group, in its exchange worker, as
 the DDP hook), "mpi" (the C++ compressed_allreduce over gradcomp's MPI communicator) or "runtime" (the C++ fusion
 runtime). Each returns a handle whose wait() completes the reduction in place. `process_set` (a registered, resolved
-ProcessSet other than the global one, or None for the world) reduces over that set's communicator or group."""
+ProcessSet other than the global one, or None for the world) reduces over that set's communicator or group.
+`scope` (context.new_scope) names the owner of `comp` (an optimizer): on the runtime backend the owner's own compressor
+instance and namespace are handed to the runtime, so two owners never share state, names or fusion buffers; the
+other backends already run the owner's instance, whose state is keyed by the tensor names it alone submits."""
 import torch
 
 from .. import _gradcomp as _C
@@ -49,14 +52,14 @@ def _set_comm(process_set):
 class _TorchBackend(_Backend):
     kind = "torch"
 
-    def allreduce(self, comp, name, flat, step, op, process_set=None):
+    def allreduce(self, comp, name, flat, step, op, process_set=None, scope=None):
         group = None if process_set is None else process_set.torch_group()
         return _Handle(exchange.allreduce_async(comp, flat, name, step, op=op, group=group))
 
 
 class _RuntimeHandle:
-    def __init__(self, handle, tensor):
-        self.handle, self.tensor = handle, tensor  # the tensor stays alive until wait()
+    def __init__(self, handle, tensor, comp):
+        self.handle, self.tensor, self.comp = handle, tensor, comp  # both stay alive until wait()
 
     def wait(self):
         _ctx.runtime.wait(self.handle)
@@ -65,15 +68,19 @@ class _RuntimeHandle:
 class _RuntimeBackend(_Backend):
     kind = "runtime"
 
-    def allreduce(self, comp, name, flat, step, op, process_set=None):
+    def allreduce(self, comp, name, flat, step, op, process_set=None, scope=None):
         if comp.is_python or process_set is not None:
             # The fusion runtime runs on the world: a process set's tensors take its own communicator.
             return _MpiBackend().allreduce(comp, name, flat, step, op, process_set)
         stream = torch.cuda.current_stream(flat.device).cuda_stream if flat.is_cuda else 0
         # The op travels with the request: the runtime sums a Sum (never an average scaled back, which loses bits)
         # and fuses only requests of the same op.
-        handle = _ctx.runtime.allreduce_async(name, flat, comp.spec, stream, op=op)
-        return _RuntimeHandle(handle, flat)
+        if scope is not None:
+            handle = _ctx.runtime.allreduce_async(name, flat, stream=stream, op=op, compressor=comp._impl,
+                                                  scope=scope, step=step)
+        else:
+            handle = _ctx.runtime.allreduce_async(name, flat, comp.spec, stream, op=op)
+        return _RuntimeHandle(handle, flat, comp)
 
 
 class _MpiBackend(_Backend):
@@ -85,7 +92,7 @@ class _MpiBackend(_Backend):
         comp.allreduce(flat, [(name, 0, flat.numel())], op, size, lambda payload: comm.allreduce(payload, "sum"))
         return _Handle()
 
-    def allreduce(self, comp, name, flat, step, op, process_set=None):
+    def allreduce(self, comp, name, flat, step, op, process_set=None, scope=None):
         if comp.is_python:
             return _MpiBackend.python_allreduce(comp, name, flat, op, process_set)
         comm, _ = _set_comm(process_set)

@@ -29,6 +29,16 @@ class _Context:
         # torch backend: a gloo group of every rank for join()'s control rounds, so that they never interleave with
         # the exchange worker's collectives on the default group (which run on another thread)
         self.control_group = None
+        self.scopes = 0  # owner scopes handed out (new_scope): the same sequence on every rank
+
+
+def new_scope(kind):
+    """A namespace of its own for one owner of compressor state (an optimizer, a hook): "optimizer0", "hook1", ...
+    Owners are numbered in creation order, so every rank that creates them in the same order (as Horovod requires of
+    named collectives) gives each the same scope; the runtime negotiates (scope, tensor name)."""
+    scope = f"{kind}{_ctx.scopes}"
+    _ctx.scopes += 1
+    return scope
 
 
 # The one context of the process (reset in place by shutdown(), so every module's reference stays valid).

@@ -8,7 +8,7 @@ import torch.distributed as dist
 from torch.autograd import Variable
 
 from .. import _state
-from .._compressors import compressor
+from .._compressors import owned_compressor
 from .._gradcomp import Error
 from . import exchange
 
@@ -20,7 +20,7 @@ class HookState:
     ``switched_to_dense``, ``payload_bytes``, ``wire_bytes``, seconds), filled when its future completes."""
 
     def __init__(self, spec, model=None, process_group=None, hierarchical=False, **params):
-        self.compressor = compressor(spec, **params)
+        self.compressor = owned_compressor(spec, **params)
         self.process_group = process_group
         self.hierarchical = bool(hierarchical)
         self.step = 0

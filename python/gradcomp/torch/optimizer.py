@@ -32,12 +32,12 @@ import os
 import torch
 
 from .. import _optimizer_state
-from .._compressors import Compression, InvalidArgument, compressor
+from .._compressors import Compression, InvalidArgument, owned_compressor
 from .._gradcomp import Error
 from .backends import _Backend, _exchange_view
 from . import join_protocol as _join
 from . import optimizer_sparse
-from .context import Adasum, Average, _check_op, _ctx, _require_init
+from .context import Adasum, Average, _check_op, _ctx, _require_init, new_scope
 from .errors import _internal_errors
 
 _GROUP_WAIT = object()  # a grouped parameter whose gradient is ready, waiting for the rest of its group
@@ -96,7 +96,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         _require_init()
         self._op = op if op == Adasum else _check_op(op)  # Adasum here: one rank (the identity)
         self._compression = compression
-        self._compressor = compressor(compression)
+        self._compressor = owned_compressor(compression)
+        self._scope = new_scope("optimizer")
         self._predivide = float(gradient_predivide_factor)
         self._sparse_as_dense = bool(sparse_as_dense)
         self._process_set = resolve_process_set(process_set)
@@ -271,7 +272,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             grad.mul_(1.0 / self._predivide)
             op = "sum"
         return _Backend.get().allreduce(self._compressor, name, _exchange_view(grad, self._compressor),
-                                        self._step_count_gc, op, self._process_set)
+                                        self._step_count_gc, op, self._process_set, scope=self._scope)
 
     def synchronize(self):
         """Waits for every gradient's allreduce (launching those whose hooks did not fire)."""
