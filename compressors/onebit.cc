@@ -42,6 +42,7 @@ void encode_signs(const float* g, const float* r, float* r_out, std::size_t n, f
   }
 #else
   (void)stream;
+  (void)groups;
 #endif
   for (; 8 * k < n; ++k) {  // no AVX2, and the last (partial) group
     const std::size_t lanes = n - 8 * k < 8 ? n - 8 * k : 8;

@@ -49,12 +49,12 @@ fi
 
 if [ $sanitize -eq 1 ]; then
   build_dir=${build_dir:-build-sanitize}
-  cmake_flags=(-DGRADCOMP_SANITIZE=ON -DGRADCOMP_WITH_CUDA=OFF -DGRADCOMP_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo)
+  cmake_flags=(-DGRADCOMP_WERROR=ON -DGRADCOMP_SANITIZE=ON -DGRADCOMP_WITH_CUDA=OFF -DGRADCOMP_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo)
   label=${label:-cpu}
   export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
 else
   build_dir=${build_dir:-build}
-  cmake_flags=(-DGRADCOMP_WITH_CUDA=$cuda -DGRADCOMP_BUILD_BENCH=ON -DCMAKE_BUILD_TYPE=Release)
+  cmake_flags=(-DGRADCOMP_WERROR=ON -DGRADCOMP_WITH_CUDA=$cuda -DGRADCOMP_BUILD_BENCH=ON -DCMAKE_BUILD_TYPE=Release)
 fi
 
 echo "[test] configure $build_dir (${cmake_flags[*]})"
