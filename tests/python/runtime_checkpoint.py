@@ -3,8 +3,8 @@
     mpirun -np 2 python tests/python/runtime_checkpoint.py
 
 Per rank: run A trains 6 steps uninterrupted; run B trains 3 steps and saves {model, optimizer} (the optimizer's
-state_dict() carries this rank's runtime state); run C starts from a fresh runtime (shutdown() + init()), loads the
-checkpoint and trains steps 3..5. C must equal A bit for bit; run D, which drops the runtime state, must differ (so
+state_dict() carries this rank's state of the optimizer's own compressor, which the runtime runs in its scope); run C starts from a fresh runtime (shutdown() + init()), loads the
+checkpoint and trains steps 3..5. C must equal A bit for bit; run D, which loads a fresh compressor state, must differ (so
 the test can fail). Each run gets a fresh runtime. Fusion is off (GRADCOMP_FUSION_THRESHOLD=0, set below) so the
 grouping cannot depend on when backward produced each gradient; fused buffers are covered by the C++ tests.
 Exits non-zero on failure.
@@ -19,6 +19,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 import gradcomp.torch as hvd  # noqa: E402
+from gradcomp import _state  # noqa: E402
 
 SPECS = ["topk:ratio=0.1", "qsgd:bits=4", "dgc:ratio=0.05"]
 
@@ -68,7 +69,8 @@ def main():
         buf = io.BytesIO()
         torch.save({"model": model_b.state_dict(), "opt": opt_b.state_dict()}, buf)  # this rank's own file
         raw = buf.getvalue()
-        assert "runtime" in opt_b.state_dict()["gradcomp"], "the runtime state is missing from the checkpoint"
+        # The optimizer owns its compressor on the runtime backend too: its residuals are in its own checkpoint.
+        assert len(opt_b.state_dict()["gradcomp"]["state"]) > 0, "the compressor state is missing from the checkpoint"
 
         model_c, opt_c = fresh(spec)
         ckpt = torch.load(io.BytesIO(raw))
@@ -83,7 +85,7 @@ def main():
         model_d, opt_d = fresh(spec)
         ckpt = torch.load(io.BytesIO(raw))
         model_d.load_state_dict(ckpt["model"])
-        del ckpt["opt"]["gradcomp"]["runtime"]
+        ckpt["opt"]["gradcomp"] = opt_d.state_dict()["gradcomp"]  # a fresh optimizer's (empty) compressor state
         opt_d.load_state_dict(ckpt["opt"])
         train(model_d, opt_d, 3, 6, rank)
         if torch.equal(flat(model_a), flat(model_d)):
@@ -94,10 +96,12 @@ def main():
         # Another rank's checkpoint is refused (checkpoints are per rank).
         if hvd.size() > 1:
             ckpt = torch.load(io.BytesIO(raw))
-            ckpt["opt"]["gradcomp"]["runtime"]["rank"] = (rank + 1) % hvd.size()
+            gc = ckpt["opt"]["gradcomp"]
+            ckpt["opt"]["gradcomp"] = _state.seal(gc["kind"], gc["spec"], gc["state"], (rank + 1) % hvd.size(),
+                                                  gc["world_size"], gc["step"])
             try:
                 opt_d.load_state_dict(ckpt["opt"])
-                print(f"rank {rank}: another rank's runtime state was accepted", flush=True)
+                print(f"rank {rank}: another rank's compressor state was accepted", flush=True)
                 ok = False
             except hvd.InvalidArgument:
                 pass
