@@ -5,8 +5,8 @@
 
 #include <cstddef>
 #include <span>
-#include <vector>
 
+#include "comm/algorithms/memory_space.h"
 #include "gradcomp/config.h"
 #include "gradcomp/error.h"
 #include "gradcomp/tensor.h"
@@ -14,6 +14,7 @@
 #if GRADCOMP_WITH_CUDA
 #include <cuda_runtime.h>
 
+#include "kernels/cuda_buffer.h"
 #include "kernels/cuda_check.h"
 #endif
 
@@ -32,7 +33,9 @@ inline bool is_device_pointer(const void* pointer) {
 }
 #endif
 
-// A host copy of a device tensor (synchronizes the tensor's stream before reading).
+// A host copy of a device tensor, in a pooled host block (no allocation or zero-fill in steady state), copied on the
+// tensor's stream (its producer's), which the caller's device must be current for (compressed_allreduce's
+// DeviceScope). Synchronizes that stream before reading.
 class HostStage {
  public:
   explicit HostStage(const TensorView& device_view) : device_(device_view), host_(device_view.bytes()) {
@@ -40,7 +43,7 @@ class HostStage {
     auto stream = static_cast<cudaStream_t>(device_.stream());
     GRADCOMP_CUDA_CHECK_IN(cudaMemcpyAsync(host_.data(), device_.data(), host_.size(), cudaMemcpyDeviceToHost, stream),
                            "host staging");
-    GRADCOMP_CUDA_CHECK_IN(cudaStreamSynchronize(stream), "host staging");
+    kernels::synchronize_stream(stream);
 #else
     throw InvalidArgument(fmt::format("{} is on a CUDA device but gradcomp was built without CUDA",
                                       device_.describe()));
@@ -52,13 +55,13 @@ class HostStage {
     auto stream = static_cast<cudaStream_t>(device_.stream());
     GRADCOMP_CUDA_CHECK_IN(cudaMemcpyAsync(device_.data(), host_.data(), host_.size(), cudaMemcpyHostToDevice, stream),
                            "host staging");
-    GRADCOMP_CUDA_CHECK_IN(cudaStreamSynchronize(stream), "host staging");
+    kernels::synchronize_stream(stream);
 #endif
   }
 
  private:
   TensorView device_;
-  std::vector<std::byte> host_;
+  algorithms::Bytes host_;
 };
 
 // Send/receive byte spans, staged through host memory when they are device memory and MPI is not CUDA-aware.
@@ -69,17 +72,17 @@ class SpanStage {
 #if GRADCOMP_WITH_CUDA
     if (cuda_aware) return;
     if (is_device_pointer(send.data())) {
-      send_host_.resize(send.size());
+      send_host_ = algorithms::Bytes(send.size());
       GRADCOMP_CUDA_CHECK_IN(cudaMemcpy(send_host_.data(), send.data(), send.size(), cudaMemcpyDeviceToHost),
                              "host staging");
-      send_ = send_host_;
+      send_ = std::span<const std::byte>(send_host_.data(), send.size());
     }
     if (is_device_pointer(recv.data())) {
-      recv_host_.resize(recv.size());
+      recv_host_ = algorithms::Bytes(recv.size());
       // In-place calls (broadcast) read the receive buffer too.
       GRADCOMP_CUDA_CHECK_IN(cudaMemcpy(recv_host_.data(), recv.data(), recv.size(), cudaMemcpyDeviceToHost),
                              "host staging");
-      recv_ = recv_host_;
+      recv_ = std::span<std::byte>(recv_host_.data(), recv.size());
       staged_recv_ = true;
     }
 #else
@@ -101,7 +104,7 @@ class SpanStage {
   std::span<const std::byte> send_;
   std::span<std::byte> recv_;
   std::span<std::byte> user_recv_;
-  std::vector<std::byte> send_host_, recv_host_;
+  algorithms::Bytes send_host_{0}, recv_host_{0};  // pooled host blocks
   bool staged_recv_ = false;
 };
 

@@ -7,26 +7,16 @@
 
 #include "gradcomp/error.h"
 #include "kernels/cuda_check.h"
+#include "kernels/usage_counters.h"
 
 namespace gradcomp::kernels {
-
-DeviceGuard::DeviceGuard(int device) {
-  GRADCOMP_CUDA_CHECK(cudaGetDevice(&previous_));
-  if (previous_ != device) {
-    GRADCOMP_CUDA_CHECK(cudaSetDevice(device));
-    changed_ = true;
-  }
-}
-
-DeviceGuard::~DeviceGuard() {
-  if (changed_) (void)cudaSetDevice(previous_);
-}
 
 void* DeviceBuffer::reserve(std::size_t bytes) {
   if (bytes <= bytes_) return data_;
   release();
   void* data = nullptr;
   GRADCOMP_CUDA_CHECK(cudaMalloc(&data, bytes));
+  note_allocation();
   data_ = data;
   bytes_ = bytes;
   return data_;
@@ -48,6 +38,7 @@ void* PinnedBuffer::reserve(std::size_t bytes) {
   release();
   void* data = nullptr;
   GRADCOMP_CUDA_CHECK(cudaMallocHost(&data, bytes));
+  note_allocation();
   data_ = data;
   bytes_ = bytes;
   return data_;
@@ -79,7 +70,22 @@ void StreamMark::order_before(cudaStream_t stream) const {
 }
 
 void StreamMark::wait_host() const {
-  if (recorded_) GRADCOMP_CUDA_CHECK(cudaEventSynchronize(event_));
+  if (!recorded_) return;
+  note_synchronization();
+  GRADCOMP_CUDA_CHECK(cudaEventSynchronize(event_));
+}
+
+bool StreamMark::reached() const {
+  if (!recorded_) return true;
+  const cudaError_t status = cudaEventQuery(event_);
+  if (status == cudaErrorNotReady) return false;
+  GRADCOMP_CUDA_CHECK(status);
+  return true;
+}
+
+void synchronize_stream(cudaStream_t stream) {
+  note_synchronization();
+  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 void StreamMark::swap(StreamMark& other) noexcept {

@@ -5,23 +5,22 @@
 
 #include <cuda_runtime_api.h>
 
+#include "gradcomp/tensor.h"
+
 namespace gradcomp::kernels {
 
-// Makes `device` current for its lifetime and restores the previous device afterwards.
+// Makes CUDA device `device` current for its lifetime and restores the previous device afterwards (DeviceScope).
 class DeviceGuard {
  public:
-  explicit DeviceGuard(int device);
-  ~DeviceGuard();
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
+  explicit DeviceGuard(int device) : scope_(Device::cuda(device)) {}
 
  private:
-  int previous_ = 0;
-  bool changed_ = false;
+  DeviceScope scope_;
 };
 
 // A cudaMalloc'd block on one device, freed by the destructor. Move-only. reserve() only ever grows it, so a
-// workspace sized once by the largest request is never reallocated on later calls (no cudaMalloc on the hot path).
+// workspace sized once by the largest request is never reallocated on later calls (no cudaMalloc on the hot path);
+// each growth is counted (kernels/usage_counters.h).
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -82,6 +81,7 @@ class PinnedBuffer {
   T* as() const {
     return static_cast<T*>(data_);
   }
+  std::size_t bytes() const { return bytes_; }
 
  private:
   void* data_ = nullptr;
@@ -107,14 +107,21 @@ class StreamMark {
   // Makes `stream` wait (on the device, the host does not block) for the marked point; a no-op before the first
   // record() (and, on the stream that recorded it, already implied by stream order).
   void order_before(cudaStream_t stream) const;
-  // Blocks the host until the marked point has run; a no-op before the first record().
+  // Blocks the host until the marked point has run (counted as a synchronization, kernels/usage_counters.h); a no-op
+  // before the first record().
   void wait_host() const;
+  // True once the marked point has run (or before the first record()); never blocks. Throws CudaError on a fault.
+  bool reached() const;
   void swap(StreamMark& other) noexcept;
 
  private:
   cudaEvent_t event_ = nullptr;
   bool recorded_ = false;
 };
+
+// cudaStreamSynchronize(stream), counted (kernels/usage_counters.h): the one way the CUDA path makes the host wait for
+// a stream, so AllreduceStats::synchronizations sees every wait.
+void synchronize_stream(cudaStream_t stream);
 
 // Carves aligned pieces out of one workspace block. With a null base it only counts (the CUB-style size query:
 // call once with null to learn the bytes, then again with a block of that size).

@@ -3,9 +3,13 @@
 #include <fmt/format.h>
 
 #include "gradcomp/config.h"
+#include "gradcomp/error.h"
+#include "gradcomp/tensor.h"
 
 #if GRADCOMP_WITH_CUDA
 #include <cuda_runtime_api.h>
+
+#include "kernels/cuda_check.h"
 #endif
 
 namespace gradcomp {
@@ -38,9 +42,31 @@ std::string cuda_unavailable_reason() {
   }
   return count > 0 ? std::string() : std::string("no CUDA device: the driver reports 0 devices");
 }
+
+DeviceScope::DeviceScope(Device device) {
+  if (!device.is_cuda()) return;
+  int current = 0;
+  GRADCOMP_CUDA_CHECK_IN(cudaGetDevice(&current), fmt::format("making {} current", device_name(device)).c_str());
+  if (current == device.index) return;
+  GRADCOMP_CUDA_CHECK_IN(cudaSetDevice(device.index), fmt::format("making {} current", device_name(device)).c_str());
+  previous_ = current;
+}
+
+DeviceScope::~DeviceScope() {
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);
+}
 #else
 int cuda_device_count() noexcept { return 0; }
 std::string cuda_unavailable_reason() { return "no CUDA device: gradcomp was built without CUDA"; }
+
+DeviceScope::DeviceScope(Device device) {
+  if (device.is_cuda()) {
+    throw InvalidArgument(fmt::format("{} cannot be made current: gradcomp was built without CUDA",
+                                      device_name(device)));
+  }
+}
+
+DeviceScope::~DeviceScope() = default;
 #endif
 
 }  // namespace gradcomp

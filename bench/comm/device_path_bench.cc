@@ -53,8 +53,9 @@ void usage() {
       "  --no-check     skip the comparison with the host path\n"
       "  -h, --help     this text\n"
       "Columns: device, comm, spec, numel, tensors, s/step, GB/s (gradient bytes per second), staged bytes/step,\n"
-      "buffers/step, #wrong (elements whose bits differ from the host runtime's on the same input; for a rounds\n"
-      "codec such as powersgd on CUDA tensors, elements off by more than 1e-4 of their tensor's largest |value|).\n"
+      "buffers/step, allocs (blocks of working memory obtained after the warm-up: 0 in steady state), #wrong (elements\n"
+      "whose bits differ from the host runtime's on the same input; for a rounds codec such as powersgd on CUDA tensors,\n"
+      "elements off by more than 1e-4 of their tensor's largest |value|).\n"
       "Each tensor is a matrix of rows = the largest divisor of its size up to its square root.");
 }
 
@@ -87,13 +88,13 @@ bool compared_with_tolerance(const std::string& spec) {
 // One runtime run of `steps` steps over `tensors` (views); returns the seconds per step of the last `timed` steps.
 double run_steps(Runtime& rt, const std::vector<TensorView>& views, const std::string& spec, int warmup, int timed) {
   double seconds = 0;
-  for (int step = 0; step < warmup + timed; ++step) {
+  for (int step = 0; step < warmup + timed; ++step) {  // timed 0: warm-up only (returns 0)
     const auto start = std::chrono::steady_clock::now();
     for (std::size_t t = 0; t < views.size(); ++t) rt.allreduce_async(fmt::format("g{}", t), views[t], spec);
     rt.synchronize();
     if (step >= warmup) seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
-  return seconds / timed;
+  return timed > 0 ? seconds / timed : 0.0;
 }
 
 int run(const Config& config) {
@@ -119,8 +120,8 @@ int run(const Config& config) {
     inputs[t].resize(std::min(per, config.numel - std::min(config.numel, t * per)));
     fill(inputs[t], t);
   }
-  std::printf("%-8s %-14s %-18s %10s %7s %9s %8s %12s %8s %7s\n", "device", "comm", "spec", "numel", "tensors",
-              "s/step", "GB/s", "staged/step", "buffers", "#wrong");
+  std::printf("%-8s %-14s %-18s %10s %7s %9s %8s %12s %8s %7s %7s\n", "device", "comm", "spec", "numel", "tensors",
+              "s/step", "GB/s", "staged/step", "buffers", "allocs", "#wrong");
   int wrong_total = 0;
   for (const std::string& spec : config.specs) {
     RuntimeOptions options;
@@ -145,10 +146,14 @@ int run(const Config& config) {
     }
     double seconds = 0;
     RuntimeStats stats;
+    std::size_t warm_allocations = 0;  // working memory obtained after the warm-up steps (0 in steady state)
     {
       Runtime rt(world, options);  // shut down before the next runtime uses the communicator
-      seconds = run_steps(rt, views, spec, config.warmup, config.steps);
+      run_steps(rt, views, spec, config.warmup, 0);
+      const std::size_t after_warmup = rt.stats().allocations;
+      seconds = run_steps(rt, views, spec, 0, config.steps);
       stats = rt.stats();
+      warm_allocations = stats.allocations - after_warmup;
     }
     const int steps = config.warmup + config.steps;
     long long wrong = -1;
@@ -219,10 +224,10 @@ int run(const Config& config) {
 #if GRADCOMP_WITH_CUDA
     for (void* data : device_memory) cudaFree(data);
 #endif
-    std::printf("%-8s %-14s %-18s %10zu %7zu %9.4f %8.2f %12zu %8.1f %7lld\n", config.device.c_str(),
+    std::printf("%-8s %-14s %-18s %10zu %7zu %9.4f %8.2f %12zu %8.1f %7zu %7lld\n", config.device.c_str(),
                 cuda ? comm_name.c_str() : "local", spec.c_str(), config.numel, config.tensors, seconds,
                 static_cast<double>(config.numel * sizeof(float)) / seconds / 1e9, stats.staged_bytes / steps,
-                static_cast<double>(stats.messages) / steps, wrong);
+                static_cast<double>(stats.messages) / steps, warm_allocations, wrong);
   }
   return wrong_total > 0 ? 1 : 0;
 }

@@ -59,20 +59,32 @@ void require_codec(const Call& call, bool ok, std::string_view algorithm, std::s
 CompressContext compress_context(const Call& call, std::string_view name, float prescale,
                                  std::span<const TensorSegment> segments = {});
 
-// Compresses `part` under `name` (ctx.step from options, rank/size from comm) into a buffer of exactly the payload
-// size; adds the time to stats.compress_s. `segments` (see TensorSegment) key its error-feedback state; empty: `name`.
+// Payloads travel packed in one buffer (allgatherv, alltoallv), each starting at a multiple of kPayloadAlign bytes:
+// the device decoders load int32 indices and float4 groups from the sections, which a payload of odd length (top-k
+// with f16 values and odd k) would misalign for the next rank's payload. The padding (zeros) travels too.
+inline constexpr std::size_t kPayloadAlign = 16;
+// `bytes` rounded up to kPayloadAlign: a payload's slot in a packed buffer.
+inline std::size_t padded_bytes(std::size_t bytes) { return (bytes + kPayloadAlign - 1) / kPayloadAlign * kPayloadAlign; }
+// The slots of payloads of `sizes` bytes packed back to back.
+std::vector<std::size_t> padded_counts(std::span<const std::size_t> sizes);
+
+// Compresses `part` under `name` (ctx.step from options, rank/size from comm); the buffer's size() is the payload's
+// and its padding up to padded_bytes(size()) is zeroed (so the padded slot can be sent). Adds the time to
+// stats.compress_s. `segments` (see TensorSegment) key its error-feedback state; empty: `name`.
 Bytes compress_part(Call& call, const TensorView& part, std::string_view name, float prescale,
                     std::span<const TensorSegment> segments = {});
 
-// Allgatherv of every rank's `payload` (in call.space) into one buffer of call.space: returns it and fills `counts`
-// (bytes per rank). Synchronizes the space first, so the communicator sees finished payloads.
-Bytes allgather_payloads(Call& call, const Bytes& payload, std::vector<std::size_t>& counts);
-// The same when every rank's payload size is already known (`counts`, bytes per rank, equal on every rank).
-Bytes allgatherv_payloads(Call& call, const Bytes& payload, const std::vector<std::size_t>& counts);
+// Allgatherv of every rank's `payload` (from compress_part, in call.space) into one buffer of call.space, each rank's
+// in a padded slot (kPayloadAlign): returns it and fills `sizes` (payload bytes per rank). Synchronizes the space
+// first, so the communicator sees finished payloads.
+Bytes allgather_payloads(Call& call, const Bytes& payload, std::vector<std::size_t>& sizes);
+// The same when every rank's payload size is already known (`sizes`, bytes per rank, equal on every rank).
+Bytes allgatherv_payloads(Call& call, const Bytes& payload, const std::vector<std::size_t>& sizes);
 
-// Decompresses concatenated payloads (`counts[r]` bytes from rank r, in rank order) into `sum`: rank 0's overwrites,
-// the others accumulate. Every rank sums in the same order, so the result is bit-identical on every rank.
-void decode_in_rank_order(Call& call, std::span<const std::byte> all, std::span<const std::size_t> counts,
+// Decompresses packed payloads (`sizes[r]` bytes from rank r, in rank order, each in a padded slot) into `sum`:
+// rank 0's overwrites, the others accumulate. Every rank sums in the same order, so the result is bit-identical on
+// every rank.
+void decode_in_rank_order(Call& call, std::span<const std::byte> all, std::span<const std::size_t> sizes,
                           const TensorView& sum);
 
 // An f32 working tensor of the call's numel in call.space: the tensor itself when it is f32 (its values were consumed

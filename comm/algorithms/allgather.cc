@@ -11,14 +11,14 @@ void run_allgather(Call& call) {
   const std::size_t numel = call.tensor.numel();
   Bytes payload = compress_part(call, call.tensor, call.name, 1.0f, call.options.segments);
   call.stats.payload_bytes = payload.size();
-  std::vector<std::size_t> counts;
-  const Bytes gathered = allgather_payloads(call, payload, counts);
+  std::vector<std::size_t> sizes;
+  const Bytes gathered = allgather_payloads(call, payload, sizes);
 
   Stopwatch watch(call.stats.decompress_s);
   Bytes holder(0);
   float* sum = f32_sum_buffer(call, holder);
   const TensorView sum_view = call.space.view(sum, numel, DType::kF32);
-  decode_in_rank_order(call, gathered, counts, sum_view);
+  decode_in_rank_order(call, gathered, sizes, sum_view);
   if (call.options.op == ReduceOp::kAverage && n > 1) call.space.divide(sum, numel, static_cast<float>(n), false);
   call.space.store_f32(sum, call.tensor);
 }

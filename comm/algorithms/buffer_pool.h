@@ -1,8 +1,11 @@
-// Reuse of large working buffers (payloads, gathered payloads, f32 sums, fusion buffers), on the host and on CUDA
-// devices alike. A fresh multi-megabyte allocation is served by mmap (or cudaMalloc) and, on the host, every page
-// faults and is zeroed by the kernel on first touch: for a 64 MiB fusion buffer that costs more than compressing it
-// with `none`. Freed blocks of at least kMinPooledBytes go to a small per-thread cache of their kind of memory and
-// serve later requests of up to their capacity. Per thread, so no locking; bounded, so memory stays predictable.
+// Reuse of working buffers (payloads, gathered payloads, f32 sums, fusion buffers, small counters), on the host and
+// on CUDA devices alike, so that a compressed allreduce in steady state obtains no memory from the system. A fresh
+// multi-megabyte allocation is served by mmap (or cudaMalloc) and, on the host, every page faults and is zeroed by
+// the kernel on first touch: for a 64 MiB fusion buffer that costs more than compressing it with `none`; a small
+// cudaMalloc/cudaFree pair synchronizes the device. Freed blocks go to a per-thread cache of their kind of memory:
+// blocks under kMinPooledBytes by power-of-two size class, larger ones by exact size, each served again to requests
+// that fit. Per thread, so no locking; bounded, so memory stays predictable. Every block obtained from the allocator
+// is counted (kernels/usage_counters.h), which is what AllreduceStats::allocations reports.
 #pragma once
 
 #include <cstddef>
@@ -10,10 +13,14 @@
 
 namespace gradcomp::algorithms {
 
-// Blocks smaller than this are allocated and freed directly (malloc reuses them well).
+// Blocks smaller than this are rounded up to a power of two (at least kMinSmallBytes) and cached per size class.
 inline constexpr std::size_t kMinPooledBytes = std::size_t{1} << 20;
-// Blocks a pool keeps at most; beyond that the smallest is freed.
-inline constexpr std::size_t kMaxPooledBlocks = 4;
+inline constexpr std::size_t kMinSmallBytes = 256;
+// Small blocks a pool keeps per size class and device at most; beyond that a released one is freed.
+inline constexpr std::size_t kMaxSmallPerClass = 8;
+// Large blocks a pool keeps at most (enough for every buffer one scatter-reduce-allgather holds at once); beyond
+// that the smallest is freed.
+inline constexpr std::size_t kMaxPooledBlocks = 16;
 
 // One block of memory: `device` -1 for the host, else the CUDA device it lives on.
 struct PooledBlock {
@@ -38,19 +45,27 @@ class BlockPool {
   // Frees the cached blocks.
   ~BlockPool();
 
-  // A block of at least `bytes` (at least 1) on `device`, contents unspecified: the smallest cached block of that
-  // device within 2x of the request, else a new one.
+  // A block of at least `bytes` (at least 1) on `device`, contents unspecified: below kMinPooledBytes a cached block
+  // of the request's size class, else the smallest cached block of that device within 2x of the request; else a new
+  // one (counted as an allocation).
   PooledBlock acquire(std::size_t bytes, int device = -1);
-  // Caches `block` (a block of at least kMinPooledBytes; the smallest cached one is freed beyond kMaxPooledBlocks)
-  // or frees it. A null block is ignored.
+  // Caches `block` (within the bounds above; the smallest large block is freed beyond kMaxPooledBlocks) or frees it.
+  // A null block is ignored.
   void release(PooledBlock block);
   // Blocks held in the cache now.
-  std::size_t cached() const { return blocks_.size(); }
+  std::size_t cached() const { return blocks_.size() + small_.size(); }
+  // Blocks obtained from the allocator so far.
+  std::size_t allocations() const { return allocations_; }
 
  private:
   BlockAllocator allocator_;
-  std::vector<PooledBlock> blocks_;
+  std::vector<PooledBlock> blocks_;  // large blocks
+  std::vector<PooledBlock> small_;   // small blocks, any class
+  std::size_t allocations_ = 0;
 };
+
+// The capacity a request of `bytes` gets from a pool: its size class below kMinPooledBytes, else `bytes` (>= 1).
+std::size_t pooled_capacity(std::size_t bytes);
 
 // How host blocks are obtained (new[] / delete[]).
 BlockAllocator host_allocator();

@@ -7,6 +7,7 @@
 #include "comm/host_stage.h"
 #include "gradcomp/collectives.h"
 #include "gradcomp/error.h"
+#include "kernels/usage_counters.h"
 
 namespace gradcomp {
 
@@ -116,8 +117,30 @@ void run_hierarchical(Communicator& comm, algorithms::MemorySpace& space, Compre
 
 }  // namespace
 
+namespace {
+
+AllreduceStats run_call(Communicator& comm, Compressor& compressor, const TensorView& tensor,
+                                   std::string_view name, const AllreduceOptions& options);
+
+}  // namespace
+
 AllreduceStats compressed_allreduce(Communicator& comm, Compressor& compressor, const TensorView& tensor,
                                     std::string_view name, const AllreduceOptions& options) {
+  // Everything below runs on the tensor's device, whatever the calling thread had chosen (a worker thread that never
+  // called cudaSetDevice would otherwise stage through GPU 0's legacy stream and create a context there).
+  const DeviceScope device(tensor.device());
+  const kernels::UsageCounts before = kernels::thread_usage();
+  AllreduceStats stats = run_call(comm, compressor, tensor, name, options);
+  const kernels::UsageCounts& after = kernels::thread_usage();
+  stats.allocations = after.allocations - before.allocations;
+  stats.synchronizations = after.synchronizations - before.synchronizations;
+  return stats;
+}
+
+namespace {
+
+AllreduceStats run_call(Communicator& comm, Compressor& compressor, const TensorView& tensor,
+                                   std::string_view name, const AllreduceOptions& options) {
   GRADCOMP_CHECK(!name.empty(), "compressed_allreduce: the tensor name must not be empty (rank {})", comm.rank());
   GRADCOMP_CHECK(options.op == ReduceOp::kSum || options.op == ReduceOp::kAverage,
                  "compressed_allreduce('{}'): op must be sum or average, got {}", name, reduce_op_name(options.op));
@@ -143,7 +166,7 @@ AllreduceStats compressed_allreduce(Communicator& comm, Compressor& compressor, 
     AllreduceOptions decided = options;
     decided.hierarchy_auto = false;
     decided.hierarchical = choice.hierarchical;
-    return compressed_allreduce(comm, compressor, tensor, name, decided);
+    return run_call(comm, compressor, tensor, name, decided);
   }
   if (options.verify) {
     algorithms::Stopwatch watch(stats.communicate_s);
@@ -155,7 +178,7 @@ AllreduceStats compressed_allreduce(Communicator& comm, Compressor& compressor, 
     comm::HostStage stage(tensor);
     AllreduceOptions inner = options;
     inner.verify = false;
-    AllreduceStats inner_stats = compressed_allreduce(comm, compressor, stage.host_view(), name, inner);
+    AllreduceStats inner_stats = run_call(comm, compressor, stage.host_view(), name, inner);
     stage.copy_back();
     inner_stats.communicate_s += stats.communicate_s;
     inner_stats.staged_bytes += 2 * tensor.bytes();
@@ -174,5 +197,7 @@ AllreduceStats compressed_allreduce(Communicator& comm, Compressor& compressor, 
   space.synchronize();
   return stats;
 }
+
+}  // namespace
 
 }  // namespace gradcomp

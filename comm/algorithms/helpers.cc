@@ -22,12 +22,21 @@ Bytes compress_part(Call& call, const TensorView& part, std::string_view name, f
                     std::span<const TensorSegment> segments) {
   Stopwatch watch(call.stats.compress_s);
   const CompressContext ctx = compress_context(call, name, prescale, segments);
-  Bytes payload = call.space.allocate(call.compressor.payload_bound(part.numel(), segments));
+  const std::size_t bound = call.compressor.payload_bound(part.numel(), segments);
+  Bytes payload = call.space.allocate(padded_bytes(bound));
+  payload.shrink(bound);
   const std::size_t size = call.compressor.compress(part, payload, ctx);
-  GRADCOMP_ASSERT(size <= payload.size(), "compressor '{}' wrote {} bytes for '{}', more than its bound {}",
-                  call.compressor.name(), size, name, payload.size());
+  GRADCOMP_ASSERT(size <= bound, "compressor '{}' wrote {} bytes for '{}', more than its bound {}",
+                  call.compressor.name(), size, name, bound);
+  call.space.fill_zero(payload.data() + size, padded_bytes(size) - size);
   payload.shrink(size);
   return payload;
+}
+
+std::vector<std::size_t> padded_counts(std::span<const std::size_t> sizes) {
+  std::vector<std::size_t> counts(sizes.size());
+  for (std::size_t r = 0; r < sizes.size(); ++r) counts[r] = padded_bytes(sizes[r]);
+  return counts;
 }
 
 void require_codec(const Call& call, bool ok, std::string_view algorithm, std::string_view kind,
@@ -36,37 +45,38 @@ void require_codec(const Call& call, bool ok, std::string_view algorithm, std::s
                  algorithm, kind, call.compressor.spec(), describe_traits(call.compressor.traits()), instead);
 }
 
-Bytes allgather_payloads(Call& call, const Bytes& payload, std::vector<std::size_t>& counts) {
+Bytes allgather_payloads(Call& call, const Bytes& payload, std::vector<std::size_t>& sizes) {
   const int n = call.comm.size();
   {
     Stopwatch watch(call.stats.communicate_s);
-    const auto sizes = allgather_u64(call.comm, payload.size());
-    counts.assign(sizes.begin(), sizes.end());
+    const auto all = allgather_u64(call.comm, payload.size());
+    sizes.assign(all.begin(), all.end());
   }
   call.stats.wire_bytes += n > 1 ? 8 * (n - 1) : 0;
-  return allgatherv_payloads(call, payload, counts);
+  return allgatherv_payloads(call, payload, sizes);
 }
 
-Bytes allgatherv_payloads(Call& call, const Bytes& payload, const std::vector<std::size_t>& counts) {
+Bytes allgatherv_payloads(Call& call, const Bytes& payload, const std::vector<std::size_t>& sizes) {
   Stopwatch watch(call.stats.communicate_s);
+  const std::vector<std::size_t> counts = padded_counts(sizes);
   std::size_t total = 0;
   for (const std::size_t count : counts) total += count;
   // Pooled and not zero-filled: a fresh multi-megabyte buffer costs a page fault per 4 KiB on every call.
   Bytes gathered = call.space.allocate(total);
   gathered.shrink(total);
   call.space.synchronize();
-  call.comm.allgatherv(payload, counts, gathered);
+  call.comm.allgatherv(std::span<const std::byte>(payload.data(), padded_bytes(payload.size())), counts, gathered);
   call.stats.wire_bytes += ring_allgather_bytes(total, call.comm.size());
   return gathered;
 }
 
-void decode_in_rank_order(Call& call, std::span<const std::byte> all, std::span<const std::size_t> counts,
+void decode_in_rank_order(Call& call, std::span<const std::byte> all, std::span<const std::size_t> sizes,
                           const TensorView& sum) {
   std::size_t offset = 0;
-  for (std::size_t r = 0; r < counts.size(); ++r) {
-    call.compressor.decompress(all.subspan(offset, counts[r]), sum,
+  for (std::size_t r = 0; r < sizes.size(); ++r) {
+    call.compressor.decompress(all.subspan(offset, sizes[r]), sum,
                                r == 0 ? DecodeMode::kOverwrite : DecodeMode::kAccumulate);
-    offset += counts[r];
+    offset += padded_bytes(sizes[r]);
   }
 }
 

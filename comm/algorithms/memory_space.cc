@@ -9,6 +9,7 @@
 
 #include "gradcomp/error.h"
 #include "kernels/half_ops.cuh"
+#include "kernels/usage_counters.h"
 
 namespace gradcomp::algorithms {
 namespace {
@@ -48,7 +49,14 @@ class HostSpace final : public MemorySpace {
   void copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes) std::memmove(dst, src, bytes);
   }
-  void read(void* host, const void* src, std::size_t bytes) override { copy(host, src, bytes); }
+  void fill_zero(void* dst, std::size_t bytes) override {
+    if (bytes) std::memset(dst, 0, bytes);
+  }
+  void read(void* host, const void* src, std::size_t bytes) override {
+    if (bytes == 0) return;
+    kernels::note_synchronization();  // as the device space (see MemorySpace::synchronize)
+    copy(host, src, bytes);
+  }
   void load_f32(const TensorView& in, float* out) override {
     const std::size_t n = in.numel();
     if (n == 0) return;
@@ -82,13 +90,16 @@ class HostSpace final : public MemorySpace {
     }
   }
   std::size_t divide(float* values, std::size_t n, float divisor, bool count_nonzero) override {
-    if (count_nonzero) return divide_and_count_nonzero(values, n, divisor);
+    if (count_nonzero) {
+      kernels::note_synchronization();  // the device space reads the count back
+      return divide_and_count_nonzero(values, n, divisor);
+    }
     if (divisor != 1.0f) {
       for (std::size_t i = 0; i < n; ++i) values[i] /= divisor;
     }
     return 0;
   }
-  void synchronize() override {}
+  void synchronize() override { kernels::note_synchronization(); }
 };
 
 }  // namespace

@@ -18,7 +18,9 @@ namespace gradcomp::algorithms {
 // pool of the thread that frees it: `pool` names the kind (host_block_pool, or the CUDA space's device pool).
 class Bytes {
  public:
-  explicit Bytes(std::size_t capacity) : Bytes(host_block_pool, host_block_pool().acquire(capacity), capacity) {}
+  // A host buffer of `capacity` bytes; 0 holds no block (an empty holder to move a buffer into).
+  explicit Bytes(std::size_t capacity)
+      : Bytes(host_block_pool, capacity ? host_block_pool().acquire(capacity) : PooledBlock{}, capacity) {}
   Bytes(BlockPool& (*pool)(), PooledBlock block, std::size_t size) : block_(block), pool_(pool), size_(size) {}
   // A block of `owner`, a pool that outlives the buffer and is used by one thread (e.g. the runtime's fusion pool).
   Bytes(BlockPool& owner, std::size_t size) : block_(owner.acquire(size)), owner_(&owner), size_(size) {}
@@ -68,16 +70,22 @@ class MemorySpace {
   virtual Bytes allocate(std::size_t bytes) = 0;
   // Copies `bytes` between two buffers of this space.
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
-  // Copies `bytes` from this space into host memory; returns when they are there.
+  // Sets `bytes` bytes at `dst` (this space) to zero.
+  virtual void fill_zero(void* dst, std::size_t bytes) = 0;
+  // Copies `bytes` from this space into host memory; returns when they are there (one synchronization, counted).
   virtual void read(void* host, const void* src, std::size_t bytes) = 0;
   // Reads `in` (f32, f16 or bf16, in this space) into f32 `out` (numel values, in this space).
   virtual void load_f32(const TensorView& in, float* out) = 0;
   // Writes f32 `values` into `out` (copy, or rounding to f16/bf16); nothing when out aliases values.
   virtual void store_f32(const float* values, const TensorView& out) = 0;
   // values[i] /= divisor for every i (no write when divisor is 1). Returns the count of nonzero results when
-  // `count_nonzero`, else 0. Bit-identical on host and device (IEEE division).
+  // `count_nonzero` (one synchronization, counted), else 0. Bit-identical on host and device (IEEE division).
   virtual std::size_t divide(float* values, std::size_t n, float divisor, bool count_nonzero) = 0;
   // Waits until everything queued on this space is done (before a communicator touches its buffers).
+  //
+  // The host space counts read(), synchronize() and a counting divide() as synchronizations exactly as the device
+  // space does (kernels/usage_counters.h), although on the host they wait for nothing: the CPU tests of the
+  // algorithms therefore check the device path's synchronization count (AllreduceStats::synchronizations).
   virtual void synchronize() = 0;
 };
 

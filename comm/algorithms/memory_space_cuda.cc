@@ -41,9 +41,7 @@ BlockPool& device_block_pool() {
 class CudaSpace final : public MemorySpace {
  public:
   explicit CudaSpace(const TensorView& tensor)
-      : device_(tensor.device()), stream_(static_cast<cudaStream_t>(tensor.stream())), guard_(tensor.device().index) {
-    counter_.reserve(sizeof(unsigned long long));
-  }
+      : device_(tensor.device()), stream_(static_cast<cudaStream_t>(tensor.stream())), guard_(tensor.device().index) {}
   bool is_device() const override { return true; }
   TensorView view(void* data, std::size_t numel, DType dtype) const override {
     return TensorView(numel ? data : nullptr, numel, dtype, device_, stream_);
@@ -54,10 +52,13 @@ class CudaSpace final : public MemorySpace {
   void copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes) GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
   }
+  void fill_zero(void* dst, std::size_t bytes) override {
+    if (bytes) GRADCOMP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream_));
+  }
   void read(void* host, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
     GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    synchronize();
   }
   void load_f32(const TensorView& in, float* out) override {
     const std::size_t n = in.numel();
@@ -88,21 +89,25 @@ class CudaSpace final : public MemorySpace {
     }
   }
   std::size_t divide(float* values, std::size_t n, float divisor, bool count_nonzero) override {
-    auto* counter = count_nonzero ? counter_.as<unsigned long long>() : nullptr;
-    if (counter) GRADCOMP_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(unsigned long long), stream_));
+    if (!count_nonzero) {
+      kernels::launch_divide_count(values, n, divisor, nullptr, stream_);
+      return 0;
+    }
+    // The counter is a pooled block (a small size class): no cudaMalloc per call in steady state.
+    Bytes counter_bytes = allocate(sizeof(unsigned long long));
+    auto* counter = reinterpret_cast<unsigned long long*>(counter_bytes.data());
+    GRADCOMP_CUDA_CHECK(cudaMemsetAsync(counter, 0, sizeof(unsigned long long), stream_));
     kernels::launch_divide_count(values, n, divisor, counter, stream_);
-    if (!counter) return 0;
     unsigned long long count = 0;
     read(&count, counter, sizeof(count));
     return static_cast<std::size_t>(count);
   }
-  void synchronize() override { GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void synchronize() override { kernels::synchronize_stream(stream_); }
 
  private:
   Device device_;
   cudaStream_t stream_;
   kernels::DeviceGuard guard_;
-  kernels::DeviceBuffer counter_;
 };
 
 }  // namespace

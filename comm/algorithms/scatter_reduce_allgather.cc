@@ -104,34 +104,35 @@ void run_scatter_reduce_allgather(Call& call) {
   std::vector<Chunk> chunks;
   for (int i = 0; i < n; ++i) chunks.push_back(chunk_of(tensors, i, n));
 
-  // 1. compress every chunk, then pack the payloads back to back.
+  // 1. compress every chunk, then pack the payloads back to back, each in its padded slot (kPayloadAlign).
   std::vector<Bytes> payloads;
-  std::vector<std::size_t> send_counts(static_cast<std::size_t>(n));
-  std::size_t send_total = 0;
+  std::vector<std::size_t> send_sizes(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
     Bytes gathered(0);
     const TensorView view = chunk_view(call, chunks[i], gathered);
     payloads.push_back(compress_part(call, view, fmt::format("{}#chunk{}", call.name, i), 1.0f, chunks[i].segments));
-    send_counts[i] = payloads.back().size();
-    send_total += send_counts[i];
+    send_sizes[i] = payloads.back().size();
   }
+  const std::vector<std::size_t> send_counts = padded_counts(send_sizes);
+  const std::size_t send_total = std::accumulate(send_counts.begin(), send_counts.end(), std::size_t{0});
   Bytes send = space.allocate(send_total);
   send.shrink(send_total);
   for (std::size_t i = 0, offset = 0; i < payloads.size(); offset += send_counts[i], ++i) {
-    space.copy(send.data() + offset, payloads[i].data(), send_counts[i]);
+    space.copy(send.data() + offset, payloads[i].data(), send_counts[i]);  // the payload and its zeroed padding
   }
   payloads.clear();
-  call.stats.payload_bytes = send_total;
+  call.stats.payload_bytes = std::accumulate(send_sizes.begin(), send_sizes.end(), std::size_t{0});
 
   // 2. sizes matrix (every rank learns every chunk size), alltoallv.
   std::vector<std::uint64_t> matrix(static_cast<std::size_t>(n) * n);
-  std::vector<std::size_t> recv_counts(static_cast<std::size_t>(n));
+  std::vector<std::size_t> recv_sizes(static_cast<std::size_t>(n));
   Bytes received(0);
   {
     Stopwatch watch(call.stats.communicate_s);
-    std::vector<std::uint64_t> mine(send_counts.begin(), send_counts.end());
+    std::vector<std::uint64_t> mine(send_sizes.begin(), send_sizes.end());
     call.comm.allgather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(matrix)));
-    for (int s = 0; s < n; ++s) recv_counts[s] = static_cast<std::size_t>(matrix[s * n + me]);
+    for (int s = 0; s < n; ++s) recv_sizes[s] = static_cast<std::size_t>(matrix[s * n + me]);
+    const std::vector<std::size_t> recv_counts = padded_counts(recv_sizes);
     const std::size_t recv_total = std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0});
     received = space.allocate(recv_total);
     received.shrink(recv_total);
@@ -150,7 +151,7 @@ void run_scatter_reduce_allgather(Call& call) {
   const TensorView sum_view = space.view(sum, mine.numel, DType::kF32);
   {
     Stopwatch watch(call.stats.decompress_s);
-    decode_in_rank_order(call, received, recv_counts, sum_view);
+    decode_in_rank_order(call, received, recv_sizes, sum_view);
     if (call.options.op == ReduceOp::kAverage && n > 1) space.divide(sum, mine.numel, static_cast<float>(n), false);
   }
   std::vector<std::string> owner_names;
@@ -166,14 +167,14 @@ void run_scatter_reduce_allgather(Call& call) {
   call.stats.payload_bytes += reduced.size();
 
   // 4. allgatherv of the reduced chunks, decode each into its pieces' places.
-  std::vector<std::size_t> counts;
-  const Bytes gathered = allgather_payloads(call, reduced, counts);
+  std::vector<std::size_t> sizes;
+  const Bytes gathered = allgather_payloads(call, reduced, sizes);
   Stopwatch watch(call.stats.decompress_s);
   const std::span<const std::byte> all = gathered;
   std::size_t offset = 0;
   for (int r = 0; r < n; ++r) {
-    decode_chunk(call, chunks[static_cast<std::size_t>(r)], all.subspan(offset, counts[r]));
-    offset += counts[r];
+    decode_chunk(call, chunks[static_cast<std::size_t>(r)], all.subspan(offset, sizes[r]));
+    offset += padded_bytes(sizes[r]);
   }
 }
 

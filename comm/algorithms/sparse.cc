@@ -47,10 +47,10 @@ void run_sparse(Call& call) {
     }
     call.stats.wire_bytes += ring_allreduce_bytes(numel * sizeof(float), n);
   } else {
-    const std::vector<std::size_t> counts(sizes.begin(), sizes.end());
-    const Bytes gathered = allgatherv_payloads(call, payload, counts);
+    const std::vector<std::size_t> payload_sizes(sizes.begin(), sizes.end());
+    const Bytes gathered = allgatherv_payloads(call, payload, payload_sizes);
     Stopwatch watch(call.stats.decompress_s);
-    decode_in_rank_order(call, gathered, counts, sum_view);
+    decode_in_rank_order(call, gathered, payload_sizes, sum_view);
   }
 
   Stopwatch watch(call.stats.decompress_s);

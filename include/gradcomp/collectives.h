@@ -86,6 +86,13 @@ struct AllreduceStats {
   // Bytes copied between device and host because the communicator cannot take device memory (a CUDA tensor on a
   // communicator without accepts_device_memory(): staged once each way per call); 0 on the device-resident path.
   std::size_t staged_bytes = 0;
+  // Blocks of working memory this call obtained from the system (a miss of gradcomp's per-thread pools: payload and
+  // gather buffers, counters, codec workspaces that grew, communicator staging) and times the calling thread waited
+  // for a device stream. After the first call of a shape both are the steady-state figures the tests pin:
+  // allocations 0, synchronizations a small constant per algorithm (the host path counts the waits the device path
+  // would make, docs/cuda.md).
+  std::size_t allocations = 0;
+  std::size_t synchronizations = 0;
   double compress_s = 0, communicate_s = 0, decompress_s = 0;
 };
 

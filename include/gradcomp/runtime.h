@@ -146,6 +146,7 @@ struct BufferRecord {
   std::size_t input_bytes = 0;
   std::size_t wire_bytes = 0;
   std::size_t staged_bytes = 0;  // device <-> host copies of a CUDA buffer on a communicator without device memory
+  std::size_t allocations = 0;   // working memory the allreduce obtained from the system (AllreduceStats)
   double copy_in_s = 0, compress_s = 0, communicate_s = 0, decompress_s = 0, copy_out_s = 0;
 };
 
@@ -158,6 +159,7 @@ struct RuntimeStats {
   std::size_t input_bytes = 0;                // uncompressed bytes reduced
   std::size_t wire_bytes = 0;                 // bytes this rank sent for the data
   std::size_t staged_bytes = 0;               // device <-> host staging of CUDA buffers (BufferRecord::staged_bytes)
+  std::size_t allocations = 0;                // BufferRecord::allocations summed (0 per step in steady state)
   double negotiate_s = 0, queue_s = 0, copy_in_s = 0, compress_s = 0, communicate_s = 0, decompress_s = 0,
          copy_out_s = 0;
   // The last 1024 buffers, oldest first.

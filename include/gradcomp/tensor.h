@@ -37,6 +37,22 @@ struct Device {
 // "cpu" or "cuda:N".
 std::string device_name(Device device);
 
+// Makes a CUDA `device` the calling thread's current device for the scope's lifetime and restores the previous one
+// afterwards (CUDA calls without a device argument, and PyTorch's current device, follow it). A CPU device changes
+// nothing. gradcomp's entry points open one for a CUDA tensor, so a thread that never chose a device (a worker, a
+// framework's background thread) neither works on the wrong GPU nor creates a context on GPU 0. Throws CudaError when
+// the device cannot be made current, InvalidArgument for a CUDA device in a build without CUDA.
+class DeviceScope {
+ public:
+  explicit DeviceScope(Device device);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;  // the device to restore, or -1 when nothing changed
+};
+
 // A non-owning view of `numel` contiguous elements of `dtype` at `data` on `device`. The caller owns the memory and
 // keeps it alive while any gradcomp call uses the view. `stream` is a cudaStream_t (nullptr = default stream) for
 // CUDA tensors and must be nullptr for CPU tensors.

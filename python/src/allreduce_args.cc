@@ -54,6 +54,8 @@ void fill_stats(nb::dict out, const AllreduceStats& stats) {
   out["union_nnz"] = stats.union_nnz;
   out["hierarchical"] = stats.hierarchical;
   out["staged_bytes"] = stats.staged_bytes;
+  out["allocations"] = stats.allocations;
+  out["synchronizations"] = stats.synchronizations;
   out["compress_s"] = stats.compress_s;
   out["communicate_s"] = stats.communicate_s;
   out["decompress_s"] = stats.decompress_s;

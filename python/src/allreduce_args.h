@@ -37,7 +37,8 @@ class OwnedSegments {
 };
 
 // {"algorithm", "input_bytes", "payload_bytes", "wire_bytes", "switched_to_dense", "union_nnz", "hierarchical",
-// "staged_bytes", "compress_s", "communicate_s", "decompress_s"} written into `out`. Needs the GIL.
+// "staged_bytes", "allocations", "synchronizations", "compress_s", "communicate_s", "decompress_s"} written into
+// `out`. Needs the GIL.
 void fill_stats(nb::dict out, const AllreduceStats& stats);
 
 }  // namespace gradcomp::python

@@ -253,6 +253,7 @@ void init_comm(nb::module_& m) {
              d["input_bytes"] = s.input_bytes;
              d["wire_bytes"] = s.wire_bytes;
              d["staged_bytes"] = s.staged_bytes;
+             d["allocations"] = s.allocations;
              d["compression_ratio"] = s.compression_ratio();
              d["compress_s"] = s.compress_s;
              d["communicate_s"] = s.communicate_s;

@@ -160,6 +160,7 @@ void Runtime::Impl::execute(const std::vector<runtime::ReadyTensor>& ready, Cloc
       stats_.input_bytes += record.input_bytes;
       stats_.wire_bytes += record.wire_bytes;
       stats_.staged_bytes += record.staged_bytes;
+      stats_.allocations += record.allocations;
       stats_.copy_in_s += record.copy_in_s;
       stats_.compress_s += record.compress_s;
       stats_.communicate_s += record.communicate_s;

@@ -299,6 +299,7 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<Membe
   Communicator& data_comm = on_device && options_.device_comm != nullptr ? *options_.device_comm : comm_;
   AllreduceStats stats = compressed_allreduce(data_comm, *compressor, buffer, buffer_name, options);
   record.staged_bytes = stats.staged_bytes;
+  record.allocations = stats.allocations;
   const auto call_end = Clock::now();
   record.algorithm = std::string(algorithm_name(stats.algorithm));
   record.wire_bytes = stats.wire_bytes;

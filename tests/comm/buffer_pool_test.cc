@@ -1,5 +1,5 @@
 // The one pool of reusable working buffers (comm/algorithms/buffer_pool.h), used by the host and CUDA memory spaces
-// and the runtime's fusion buffers: reuse within 2x, per-device keys, the bound, and direct frees of small blocks.
+// and the runtime's fusion buffers: reuse within 2x, per-device keys, size classes of small blocks, the bounds.
 #include "comm/algorithms/buffer_pool.h"
 
 #include <gtest/gtest.h>
@@ -68,18 +68,39 @@ TEST(BlockPool, KeysBlocksByDevice) {
   EXPECT_EQ(counts.allocated, 2);
 }
 
-TEST(BlockPool, FreesSmallBlocksAndStaysBounded) {
+TEST(BlockPool, PoolsSmallBlocksBySizeClass) {
   BlockPool pool = make_pool();
-  pool.release(pool.acquire(1000));
-  EXPECT_EQ(pool.cached(), 0u);
-  EXPECT_EQ(counts.freed, 1);
+  const PooledBlock counter = pool.acquire(8);  // a device counter: the smallest class
+  EXPECT_EQ(counter.capacity, kMinSmallBytes);
+  pool.release(counter);
+  EXPECT_EQ(pool.cached(), 1u);
+  const PooledBlock shared = pool.acquire(200);
+  EXPECT_EQ(shared.data, counter.data) << "8 and 200 bytes share the 256-byte class";
+  const PooledBlock payload = pool.acquire(1000);
+  EXPECT_EQ(payload.capacity, 1024u);
+  pool.release(payload);
+  const PooledBlock again = pool.acquire(513);
+  EXPECT_EQ(again.data, payload.data) << "a steady-state call must not allocate small blocks either";
+  const PooledBlock other = pool.acquire(1025);
+  EXPECT_NE(other.data, payload.data) << "another class";
+  EXPECT_EQ(pool.allocations(), 3u);
+  for (const PooledBlock& block : {shared, again, other}) pool.release(block);
+}
+
+TEST(BlockPool, StaysBounded) {
+  BlockPool pool = make_pool();
+  std::vector<PooledBlock> small;
+  for (std::size_t i = 0; i < kMaxSmallPerClass + 3; ++i) small.push_back(pool.acquire(300));
+  for (const PooledBlock& block : small) pool.release(block);
+  EXPECT_EQ(pool.cached(), kMaxSmallPerClass);
+  EXPECT_EQ(counts.freed, 3) << "a class keeps at most kMaxSmallPerClass blocks";
   std::vector<PooledBlock> blocks;
-  for (std::size_t i = 0; i < kMaxPooledBlocks + 2; ++i) blocks.push_back(pool.acquire((i + 1) * 8 * kMiB));
+  for (std::size_t i = 0; i < kMaxPooledBlocks + 2; ++i) blocks.push_back(pool.acquire((i + 1) * 2 * kMiB));
   for (const PooledBlock& block : blocks) pool.release(block);
-  EXPECT_EQ(pool.cached(), kMaxPooledBlocks);
-  EXPECT_EQ(counts.freed, 3) << "the smallest blocks go beyond the bound";
+  EXPECT_EQ(pool.cached(), kMaxSmallPerClass + kMaxPooledBlocks);
+  EXPECT_EQ(counts.freed, 5) << "the smallest large blocks go beyond the bound";
   // The largest survive: a request for the largest size is served from the cache.
-  const PooledBlock largest = pool.acquire((kMaxPooledBlocks + 2) * 8 * kMiB);
+  const PooledBlock largest = pool.acquire((kMaxPooledBlocks + 2) * 2 * kMiB);
   EXPECT_EQ(largest.data, blocks.back().data);
   pool.release(largest);
 }
