@@ -54,8 +54,9 @@ std::optional<ExchangeLayout> layout_of(nb::handle agreement) {
 
 }  // namespace
 
-ExchangeWorker::ExchangeWorker(nb::object communicator)
+ExchangeWorker::ExchangeWorker(nb::object communicator, nb::object device_enter)
     : communicator_owner_(std::move(communicator)),
+      device_enter_(std::move(device_enter)),
       communicator_(nb::cast<Communicator*>(communicator_owner_)),
       future_type_(nb::module_::import_("torch.futures").attr("Future")) {
   thread_ = std::thread([this] { loop(); });
@@ -69,13 +70,13 @@ ExchangeWorker::~ExchangeWorker() {
 nb::object ExchangeWorker::submit(nb::object compressor, nb::object tensor, std::string name, std::string_view op,
                                   std::uint64_t step, std::string_view algorithm, nb::handle segments,
                                   bool hierarchical, nb::object result, nb::object stats, bool verify,
-                                  nb::handle agreement) {
+                                  nb::handle agreement, std::uintptr_t stream) {
   auto job = std::make_unique<Job>();
   job->layout = layout_of(agreement);
   job->compressor = nb::cast<Compressor*>(compressor);
   job->compressor_owner = std::move(compressor);
   const std::string what = fmt::format("compressed allreduce of '{}' on rank {}", name, communicator_->rank());
-  job->tensor = to_view(OutArray{tensor}, what, 0);
+  job->tensor = to_view(OutArray{tensor}, what, stream);
   job->tensor_owner = std::move(tensor);
   job->segments = std::make_unique<OwnedSegments>(segments, job->tensor.numel(), what);
   job->name = std::move(name);
@@ -167,14 +168,27 @@ void ExchangeWorker::run(Job& job) {
     return;
   }
   try {
-    if (job.options.hierarchical) {
-      if (nodes_ == nullptr) nodes_ = std::make_unique<NodeGroups>(make_node_groups(*communicator_));
-      job.options.nodes = nodes_.get();
-    }
-    job.done = compressed_allreduce(*communicator_, *job.compressor, job.tensor, job.name, job.options);
+    run_allreduce(job);
   } catch (...) {
     job.error = std::current_exception();
   }
+}
+
+void ExchangeWorker::run_allreduce(Job& job) {
+  // On the tensor's device for the whole job: the node groups' split, the torch communicator's calls (torch's current
+  // device is CUDA's) and the allreduce itself.
+  std::optional<DeviceScope> device;
+  if (job.tensor.device().is_cuda() && device_enter_.is_valid() && !device_enter_.is_none()) {
+    nb::gil_scoped_acquire gil;
+    device_enter_(job.tensor.device().index, reinterpret_cast<std::uintptr_t>(job.tensor.stream()));
+  } else {
+    device.emplace(job.tensor.device());
+  }
+  if (job.options.hierarchical) {
+    if (nodes_ == nullptr) nodes_ = std::make_unique<NodeGroups>(make_node_groups(*communicator_));
+    job.options.nodes = nodes_.get();
+  }
+  job.done = compressed_allreduce(*communicator_, *job.compressor, job.tensor, job.name, job.options);
 }
 
 void ExchangeWorker::finish(std::unique_ptr<Job> job) {

@@ -260,11 +260,27 @@ def allreduce_async(compressor, tensor, name, step, op="average", segments=None,
     ex = exchange_for(group)
     parts = segments if segments else [(name, 0, tensor.numel())]
     agreement = exchange_layout(compressor, tensor, name, op, parts, hierarchical)
+    # The stream that produced the tensor (backward's, or the user's side stream), read here on the submitting thread:
+    # the worker orders its work after it, on the tensor's device.
+    producer = torch.cuda.current_stream(tensor.device) if tensor.is_cuda else None
     if compressor.is_python:
-        return ex.worker.submit_call(lambda: _python_codec_allreduce(ex.comm, compressor, tensor, parts, op, result),
-                                     agreement)
+        def job():
+            with _on_producer(tensor, producer):
+                return _python_codec_allreduce(ex.comm, compressor, tensor, parts, op, result)
+        return ex.worker.submit_call(job, agreement)
     return ex.worker.submit(compressor._impl, tensor.detach(), name, op, step, "auto", segments, hierarchical, result,
-                            stats, verify=False, agreement=agreement)
+                            stats, verify=False, agreement=agreement,
+                            stream=producer.cuda_stream if producer is not None else 0)
+
+
+@contextlib.contextmanager
+def _on_producer(tensor, producer):
+    """Runs torch work of the worker thread on `tensor`'s device and stream `producer` (None: a CPU tensor)."""
+    if producer is None:
+        yield
+        return
+    with torch.cuda.device(tensor.device), torch.cuda.stream(producer):
+        yield
 
 
 def exchange_layout(compressor, tensor, name, op, parts, hierarchical):
