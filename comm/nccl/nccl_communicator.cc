@@ -1,16 +1,21 @@
 // comm/nccl: NCCL backend. The communicator is created non-blocking (ncclConfig_t.blocking = 0) from a unique id
-// broadcast through a bootstrap Communicator; every operation is enqueued on a CUDA stream (the tensor's stream for
-// allreduce, the communicator's own stream for the byte-span calls). A non-blocking communicator may return from a
-// call (ncclInProgress) before the operation is even on the stream, so completion is two polls under one deadline:
-// ncclCommGetAsyncError until the call has left ncclInProgress (the work is enqueued), then cudaStreamQuery until the
-// stream has run it (checking the async error as well). Past the deadline the communicator is aborted
-// (ncclCommAbort) and Timeout thrown. Split and destruction (ncclCommFinalize) are polled the same way.
+// broadcast through a bootstrap Communicator. Every operation runs on the communicator's own stream: an allreduce of a
+// device tensor first makes that stream wait for an event recorded on the tensor's stream (the producer: torch's, or
+// the codec's), so it starts when the tensor is ready and never waits for unrelated work queued after it there, and
+// NCCL's kernels never sit on a framework's stream (beside the framework's own NCCL group). A non-blocking
+// communicator may return from a call (ncclInProgress) before the operation is even on the stream, so completion is
+// two polls under one deadline: ncclCommGetAsyncError until the call has left ncclInProgress (the work is enqueued),
+// then an event recorded behind the work until it has run (checking the async error as well); the producer's stream
+// then waits for that event too. Past the deadline the communicator is aborted (ncclCommAbort) and Timeout thrown.
+// Split and destruction (ncclCommFinalize) are polled the same way. Host byte spans go through staging blocks that are
+// reused (comm/nccl/nccl_staging.h).
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <chrono>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -18,9 +23,12 @@
 
 #include "comm/comm_util.h"
 #include "comm/host_stage.h"
+#include "comm/nccl/nccl_staging.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/error.h"
+#include "kernels/cuda_buffer.h"
 #include "kernels/cuda_check.h"
+#include "kernels/usage_counters.h"
 
 namespace gradcomp {
 namespace {
@@ -45,45 +53,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   }
   return ncclSum;
 }
-
-// Device memory for a byte span: the span itself when it is device memory, else a device copy (host spans are for
-// bootstrap-sized metadata; they cost a cudaMalloc per call).
-class DeviceBytes {
- public:
-  DeviceBytes(std::span<const std::byte> bytes, bool copy_in, int rank) : rank_(rank), size_(bytes.size()) {
-    if (bytes.empty() || comm::is_device_pointer(bytes.data())) {
-      device_ = const_cast<std::byte*>(bytes.data());
-      return;
-    }
-    host_ = const_cast<std::byte*>(bytes.data());
-    GRADCOMP_CUDA_CHECK_IN(cudaMalloc(reinterpret_cast<void**>(&device_), size_),
-                           fmt::format("nccl communicator rank {}", rank_).c_str());
-    owned_ = true;
-    if (copy_in) {
-      GRADCOMP_CUDA_CHECK_IN(cudaMemcpy(device_, host_, size_, cudaMemcpyHostToDevice),
-                             fmt::format("nccl communicator rank {}", rank_).c_str());
-    }
-  }
-  ~DeviceBytes() {
-    if (owned_) cudaFree(device_);
-  }
-  DeviceBytes(const DeviceBytes&) = delete;
-  DeviceBytes& operator=(const DeviceBytes&) = delete;
-  std::byte* data() const { return device_; }
-  void copy_out() {
-    if (owned_) {
-      GRADCOMP_CUDA_CHECK_IN(cudaMemcpy(host_, device_, size_, cudaMemcpyDeviceToHost),
-                             fmt::format("nccl communicator rank {}", rank_).c_str());
-    }
-  }
-
- private:
-  int rank_;
-  std::size_t size_;
-  std::byte* device_ = nullptr;
-  std::byte* host_ = nullptr;
-  bool owned_ = false;
-};
 
 class NcclCommunicator final : public Communicator {
  public:
@@ -136,31 +105,34 @@ class NcclCommunicator final : public Communicator {
 
   void allreduce(const TensorView& inout, ReduceOp op) override {
     comm::check_reduce(inout.dtype(), op, "nccl", rank_);
+    const DeviceScope scope(Device::cuda(device_));
+    const auto bytes = std::span<std::byte>(static_cast<std::byte*>(inout.data()), inout.bytes());
     if (inout.device().is_cpu()) {
-      DeviceBytes device({static_cast<const std::byte*>(inout.data()), inout.bytes()}, true, rank_);
-      run("allreduce", inout.bytes(), stream_, [&](cudaStream_t s) {
-        return ncclAllReduce(device.data(), device.data(), inout.numel(), nccl_type(inout.dtype()), nccl_op(op),
-                             comm_, s);
+      const comm::NcclStaging::Device device = begin(bytes, bytes, /*in_place=*/true, std::nullopt);
+      run("allreduce", inout.bytes(), [&](cudaStream_t s) {
+        return ncclAllReduce(device.send, device.recv, inout.numel(), nccl_type(inout.dtype()), nccl_op(op), comm_, s);
       });
-      device.copy_out();
       return;
     }
-    auto stream = static_cast<cudaStream_t>(inout.stream());
-    run("allreduce", inout.bytes(), stream, [&](cudaStream_t s) {
+    GRADCOMP_CHECK(inout.device().index == device_, "nccl communicator on rank {} runs on cuda:{}, but the allreduce's "
+                   "tensor is {}", rank_, device_, inout.describe());
+    // Ordered after the producer (the tensor's stream) by an event, run on this communicator's stream.
+    const auto producer = static_cast<cudaStream_t>(inout.stream());
+    begin({}, {}, false, producer);
+    run("allreduce", inout.bytes(), [&](cudaStream_t s) {
       return ncclAllReduce(inout.data(), inout.data(), inout.numel(), nccl_type(inout.dtype()), nccl_op(op), comm_, s);
-    });
+    }, producer);
   }
 
   void allgather(std::span<const std::byte> send, std::span<std::byte> recv) override {
     GRADCOMP_CHECK(recv.size() == send.size() * static_cast<std::size_t>(size_),
                    "nccl communicator: allgather on rank {} needs {} x {} bytes, got {}", rank_, size_, send.size(),
                    recv.size());
-    DeviceBytes in(send, true, rank_);
-    DeviceBytes out(recv, false, rank_);
-    run("allgather", recv.size(), stream_, [&](cudaStream_t s) {
-      return ncclAllGather(in.data(), out.data(), send.size(), ncclUint8, comm_, s);
+    const DeviceScope scope(Device::cuda(device_));
+    const comm::NcclStaging::Device device = begin(send, recv, false, std::nullopt);
+    run("allgather", recv.size(), [&](cudaStream_t s) {
+      return ncclAllGather(device.send, device.recv, send.size(), ncclUint8, comm_, s);
     });
-    out.copy_out();
   }
 
   void allgatherv(std::span<const std::byte> send, std::span<const std::size_t> recv_counts,
@@ -168,37 +140,36 @@ class NcclCommunicator final : public Communicator {
     check_counts(recv_counts, recv.size(), "allgatherv");
     GRADCOMP_CHECK(recv_counts[rank_] == send.size(), "nccl communicator: allgatherv on rank {} sends {} bytes, "
                    "recv_counts says {}", rank_, send.size(), recv_counts[rank_]);
-    DeviceBytes in(send, true, rank_);
-    DeviceBytes out(recv, false, rank_);
-    run("allgatherv", recv.size(), stream_, [&](cudaStream_t s) {
+    const DeviceScope scope(Device::cuda(device_));
+    const comm::NcclStaging::Device device = begin(send, recv, false, std::nullopt);
+    run("allgatherv", recv.size(), [&](cudaStream_t s) {
       ncclResult_t result = ncclGroupStart();
       std::size_t offset = 0;
       for (int r = 0; r < size_ && result == ncclSuccess; ++r) {
-        const void* source = r == rank_ ? static_cast<const void*>(in.data()) : out.data() + offset;
-        result = ncclBroadcast(source, out.data() + offset, recv_counts[r], ncclUint8, r, comm_, s);
+        const void* source = r == rank_ ? static_cast<const void*>(device.send) : device.recv + offset;
+        result = ncclBroadcast(source, device.recv + offset, recv_counts[r], ncclUint8, r, comm_, s);
         offset += recv_counts[r];
       }
       const ncclResult_t end = ncclGroupEnd();
       return result != ncclSuccess ? result : end;
     });
-    out.copy_out();
   }
 
   void alltoallv(std::span<const std::byte> send, std::span<const std::size_t> send_counts,
                  std::span<std::byte> recv, std::span<const std::size_t> recv_counts) override {
     check_counts(send_counts, send.size(), "alltoallv (send)");
     check_counts(recv_counts, recv.size(), "alltoallv (receive)");
-    DeviceBytes in(send, true, rank_);
-    DeviceBytes out(recv, false, rank_);
-    run("alltoallv", send.size() + recv.size(), stream_, [&](cudaStream_t s) {
+    const DeviceScope scope(Device::cuda(device_));
+    const comm::NcclStaging::Device device = begin(send, recv, false, std::nullopt);
+    run("alltoallv", send.size() + recv.size(), [&](cudaStream_t s) {
       ncclResult_t result = ncclGroupStart();
       std::size_t send_offset = 0, recv_offset = 0;
       for (int peer = 0; peer < size_ && result == ncclSuccess; ++peer) {
         if (send_counts[peer] > 0) {
-          result = ncclSend(in.data() + send_offset, send_counts[peer], ncclUint8, peer, comm_, s);
+          result = ncclSend(device.send + send_offset, send_counts[peer], ncclUint8, peer, comm_, s);
         }
         if (result == ncclSuccess && recv_counts[peer] > 0) {
-          result = ncclRecv(out.data() + recv_offset, recv_counts[peer], ncclUint8, peer, comm_, s);
+          result = ncclRecv(device.recv + recv_offset, recv_counts[peer], ncclUint8, peer, comm_, s);
         }
         send_offset += send_counts[peer];
         recv_offset += recv_counts[peer];
@@ -206,16 +177,15 @@ class NcclCommunicator final : public Communicator {
       const ncclResult_t end = ncclGroupEnd();
       return result != ncclSuccess ? result : end;
     });
-    out.copy_out();
   }
 
   void broadcast(std::span<std::byte> buffer, int root) override {
     GRADCOMP_CHECK(root >= 0 && root < size_, "nccl communicator: broadcast root {} out of range [0, {})", root, size_);
-    DeviceBytes data(buffer, true, rank_);
-    run("broadcast", buffer.size(), stream_, [&](cudaStream_t s) {
-      return ncclBroadcast(data.data(), data.data(), buffer.size(), ncclUint8, root, comm_, s);
+    const DeviceScope scope(Device::cuda(device_));
+    const comm::NcclStaging::Device device = begin(buffer, buffer, /*in_place=*/true, std::nullopt);
+    run("broadcast", buffer.size(), [&](cudaStream_t s) {
+      return ncclBroadcast(device.send, device.recv, buffer.size(), ncclUint8, root, comm_, s);
     });
-    data.copy_out();
   }
 
   void barrier() override {
@@ -227,7 +197,7 @@ class NcclCommunicator final : public Communicator {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     ncclComm_t child = nullptr;
-    GRADCOMP_CUDA_CHECK_IN(cudaSetDevice(device_), fmt::format("nccl communicator rank {}", rank_).c_str());
+    const DeviceScope scope(Device::cuda(device_));
     check(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config), "ncclCommSplit");
     // The parent is non-blocking too: the split may still be in progress on it (also on a rank that takes no part
     // and gets no child), and it must not be used for anything else before it is done.
@@ -269,16 +239,27 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  // Enqueues `launch` on `stream` and waits for it with the deadline.
+  // Prepares one operation (the caller holds a DeviceScope of device_): refuses after an abort, orders its stream after `producer` when given (the stream that wrote an allreduce's device tensor; the
+  // byte-span calls' device buffers were synchronized by their caller) and stages host spans (NcclStaging).
+  comm::NcclStaging::Device begin(std::span<const std::byte> send, std::span<std::byte> recv, bool in_place,
+                                  std::optional<cudaStream_t> producer) {
+    GRADCOMP_CHECK_AS(CommError, !aborted_, "nccl communicator on rank {} refused a call: it was aborted after an "
+                      "earlier failure", rank_);
+    if (producer) {
+      produced_.record(*producer);
+      produced_.order_before(stream_);
+    }
+    return staging_.stage(send, recv, in_place, stream_);
+  }
+
+  // Enqueues `launch` on this communicator's stream and waits for it with the deadline; `producer` (when given) then
+  // waits for it on the device as well.
   template <typename Launch>
-  void run(std::string_view op, std::size_t bytes, cudaStream_t stream, Launch&& launch) {
-    GRADCOMP_CHECK_AS(CommError, !aborted_, "nccl communicator: {} on rank {} refused: the communicator was aborted "
-                      "after an earlier failure", op, rank_);
-    GRADCOMP_CUDA_CHECK_IN(cudaSetDevice(device_), fmt::format("nccl communicator rank {}", rank_).c_str());
-    check(launch(stream), op);
+  void run(std::string_view op, std::size_t bytes, Launch&& launch, std::optional<cudaStream_t> producer = {}) {
+    check(launch(stream_), op);
     const auto start = std::chrono::steady_clock::now();
-    // Phase 1 (enqueued): while the call is ncclInProgress the stream may not hold the operation yet, so an empty
-    // stream would look finished while NCCL still reads and writes the buffers. Phase 2 (ran): the stream.
+    // Phase 1 (enqueued): while the call is ncclInProgress the stream may not hold the operation yet, so an event
+    // recorded now could pass while NCCL still reads and writes the buffers. Phase 2 (ran): the event behind it.
     bool enqueued = false;
     for (unsigned spins = 0;; ++spins) {
       ncclResult_t async = ncclSuccess;
@@ -290,13 +271,12 @@ class NcclCommunicator final : public Communicator {
         throw CommError(fmt::format("nccl communicator: {} of {} bytes failed on rank {} of {}: {}", op, bytes, rank_,
                                     size_, ncclGetErrorString(async)));
       }
-      enqueued = enqueued || async == ncclSuccess;
-      if (enqueued) {
-        const cudaError_t status = cudaStreamQuery(stream);
-        if (status == cudaSuccess) return;
-        if (status != cudaErrorNotReady)
-          GRADCOMP_CUDA_CHECK_IN(status, fmt::format("nccl communicator rank {}, {}", rank_, op).c_str());
+      if (!enqueued && async == ncclSuccess) {
+        enqueued = true;
+        staging_.copy_back_async(stream_);
+        done_.record(stream_);
       }
+      if (enqueued && done_.reached()) break;
       if (std::chrono::steady_clock::now() - start > timeout_) {
         ncclCommAbort(comm_);
         aborted_ = true;
@@ -307,6 +287,9 @@ class NcclCommunicator final : public Communicator {
       }
       if (spins > 256) std::this_thread::yield();
     }
+    kernels::note_synchronization();  // the host waited for the device (polling)
+    staging_.finish();
+    if (producer) done_.order_before(*producer);
   }
 
   void check_counts(std::span<const std::size_t> counts, std::size_t total, std::string_view what) const {
@@ -322,6 +305,9 @@ class NcclCommunicator final : public Communicator {
   std::chrono::milliseconds timeout_;
   int rank_ = 0, size_ = 1;
   cudaStream_t stream_ = nullptr;
+  kernels::StreamMark produced_;  // the producer's stream, where an allreduce's tensor is ready
+  kernels::StreamMark done_;      // behind the last operation on stream_
+  comm::NcclStaging staging_;
   bool aborted_ = false;
 };
 

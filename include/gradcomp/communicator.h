@@ -92,9 +92,11 @@ std::vector<std::unique_ptr<Communicator>> make_local_communicators(
 std::string mpi_thread_level();
 
 // NCCL communicator over the ranks of `bootstrap` (the unique id is broadcast through it), on CUDA device
-// `device_index`. allreduce() runs on the tensor's stream and waits for it (with the timeout; ncclCommAbort past it).
-// The byte-span calls accept device or host memory (host memory is staged through device buffers). Throws CommError
-// when gradcomp was built without NCCL.
+// `device_index`. Every call runs on the communicator's own stream and returns when it is done (with the timeout;
+// ncclCommAbort past it); allreduce() of a device tensor starts after the work queued on the tensor's stream (an
+// event) and makes that stream wait for its end. The byte-span calls accept device memory (finished by the caller)
+// or host memory (staged through device and page-locked blocks the communicator reuses). Throws CommError when
+// gradcomp was built without NCCL.
 std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap, int device_index);
 
 }  // namespace gradcomp
