@@ -13,6 +13,21 @@ std::size_t LowRankOps::project(const float* g, const float* r, float* m, const 
   return count;
 }
 
+void LowRankOps::begin_counts(std::size_t slots) { counts_.assign(slots, NonfiniteCount{}); }
+
+void LowRankOps::count_nonfinite_into(const float* x, std::size_t n, std::size_t slot) {
+  NonfiniteCount& c = counts_.at(slot);
+  c.count = count_nonfinite(x, n, c.first);
+}
+
+std::vector<LowRankOps::NonfiniteCount> LowRankOps::read_counts() { return counts_; }
+
+void LowRankOps::project_into(const float* g, const float* r, float* m, const float* q, std::size_t rank,
+                              std::size_t rows, std::size_t cols, float* p, std::size_t slot) {
+  NonfiniteCount& c = counts_.at(slot);
+  c.count = project(g, r, m, q, rank, rows, cols, p, c.first);
+}
+
 void LowRankOps::reconstruct(const float* m, const float* p, const float* q, std::size_t rank, std::size_t rows,
                              std::size_t cols, float* residual, float* out, float alpha) {
   if (residual != nullptr) {

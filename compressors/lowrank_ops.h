@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "gradcomp/tensor.h"
 
@@ -107,6 +108,18 @@ class LowRankOps {
   // stream reads its buffers). Nothing to wait for on the host.
   virtual void synchronize() = 0;
 
+  // Non-finite counts of several arrays with one wait (a CUDA stream synchronization) however many there are:
+  // begin_counts(slots) opens `slots` empty slots, count_nonfinite_into() and project_into() fill one without
+  // waiting, read_counts() returns every slot's count and first index (as count_nonfinite). The defaults count at
+  // once (the host, which has nothing to wait for); the CUDA ops enqueue the counts and read them back together.
+  struct NonfiniteCount {
+    std::size_t count = 0;
+    std::size_t first = 0;
+  };
+  virtual void begin_counts(std::size_t slots);
+  virtual void count_nonfinite_into(const float* x, std::size_t n, std::size_t slot);
+  virtual std::vector<NonfiniteCount> read_counts();
+
   // PowerSGD's two passes over a rows x cols matrix, as one pass each where the space can fuse them (the host does;
   // the defaults compose the operations above, which is what the CUDA ops use).
   //
@@ -114,10 +127,16 @@ class LowRankOps {
   // alias g), and p (rank x rows) = q (rank x cols) * m^T. Waits for the count.
   virtual std::size_t project(const float* g, const float* r, float* m, const float* q, std::size_t rank,
                               std::size_t rows, std::size_t cols, float* p, std::size_t& first);
+  // project() whose count goes into slot `slot` (begin_counts) instead of being waited for.
+  virtual void project_into(const float* g, const float* r, float* m, const float* q, std::size_t rank,
+                            std::size_t rows, std::size_t cols, float* p, std::size_t slot);
   // reconstruct: with s = p^T q (rows x cols; p rank x rows, q rank x cols): residual = m - s when residual is not
   // null, then out = alpha * s when out is not null (out may alias m: each element of m is read before out's).
   virtual void reconstruct(const float* m, const float* p, const float* q, std::size_t rank, std::size_t rows,
                            std::size_t cols, float* residual, float* out, float alpha);
+
+ protected:
+  std::vector<NonfiniteCount> counts_;  // the default slots (begin_counts)
 };
 
 // Host memory: loops and BLAS (cblas_sgemm). `threads` bounds the loops' worker threads (0 = all).

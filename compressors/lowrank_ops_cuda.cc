@@ -27,6 +27,7 @@
 #include "kernels/cuda_buffer.h"
 #include "kernels/cuda_check.h"
 #include "kernels/lowrank_cuda.h"
+#include "kernels/usage_counters.h"
 #endif
 
 namespace gradcomp {
@@ -57,6 +58,8 @@ struct Scratch {
   int device = 0;
   cudaStream_t stream = nullptr;
   std::byte* data = nullptr;
+  unsigned long long* counts = nullptr;  // batched non-finite results: 2 per slot (count, first index)
+  std::size_t count_slots = 0;
 };
 
 // Makes `device` current and restores the previous one, without throwing (for destructors).
@@ -96,6 +99,7 @@ class ThreadResources {
     for (const Scratch& scratch : scratch_) {
       const QuietDeviceSwitch on(scratch.device);
       if (cudaFree(scratch.data) != cudaSuccess) (void)cudaGetLastError();
+      if (scratch.counts != nullptr && cudaFree(scratch.counts) != cudaSuccess) (void)cudaGetLastError();
     }
   }
 
@@ -116,17 +120,37 @@ class ThreadResources {
   }
 
   // The scratch block of (`device`, `stream`) (the device current), ScratchLayout().bytes bytes.
-  std::byte* scratch(int device, cudaStream_t stream) {
-    for (const Scratch& s : scratch_) {
-      if (s.device == device && s.stream == stream) return s.data;
+  std::byte* scratch(int device, cudaStream_t stream) { return entry(device, stream).data; }
+
+  // The batched non-finite results of (`device`, `stream`): at least `slots` slots, grown (old results lost) when
+  // needed; the previous block is freed after the stream's queued work (cudaFree waits for the device).
+  unsigned long long* counts(int device, cudaStream_t stream, std::size_t slots) {
+    Scratch& s = entry(device, stream);
+    if (s.count_slots < slots) {
+      if (s.counts != nullptr) GRADCOMP_CUDA_CHECK(cudaFree(s.counts));
+      s.counts = nullptr;
+      s.count_slots = 0;
+      void* data = nullptr;
+      GRADCOMP_CUDA_CHECK(cudaMalloc(&data, slots * kernels::kNonfiniteResultBytes));
+      kernels::note_allocation();
+      s.counts = static_cast<unsigned long long*>(data);
+      s.count_slots = slots;
     }
-    void* data = nullptr;
-    GRADCOMP_CUDA_CHECK(cudaMalloc(&data, ScratchLayout().bytes));
-    scratch_.push_back(Scratch{device, stream, static_cast<std::byte*>(data)});
-    return scratch_.back().data;
+    return s.counts;
   }
 
  private:
+  Scratch& entry(int device, cudaStream_t stream) {
+    for (Scratch& s : scratch_) {
+      if (s.device == device && s.stream == stream) return s;
+    }
+    void* data = nullptr;
+    GRADCOMP_CUDA_CHECK(cudaMalloc(&data, ScratchLayout().bytes));
+    kernels::note_allocation();
+    scratch_.push_back(Scratch{device, stream, static_cast<std::byte*>(data)});
+    return scratch_.back();
+  }
+
   std::vector<std::pair<int, cublasHandle_t>> handles_;
   std::vector<Scratch> scratch_;
 };
@@ -190,14 +214,14 @@ class CudaLowRankOps final : public LowRankOps {
     // is truly asynchronous, and the caller may reuse `host` as soon as upload returns: wait for it.
     cudaPointerAttributes attributes{};
     GRADCOMP_CUDA_CHECK(cudaPointerGetAttributes(&attributes, host));
-    if (attributes.type != cudaMemoryTypeUnregistered) GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (attributes.type != cudaMemoryTypeUnregistered) kernels::synchronize_stream(stream_);
   }
 
   void download(float* host, const float* src, std::size_t n) override {
     if (n == 0) return;
     const kernels::DeviceGuard guard(device_);
     GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(host, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
-    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    kernels::synchronize_stream(stream_);
   }
 
   void load_f32(const TensorView& in, std::size_t offset, std::size_t n, float* out) override {
@@ -292,9 +316,49 @@ class CudaLowRankOps final : public LowRankOps {
     kernels::launch_find_nonfinite(x, n, result, stream_);
     unsigned long long host[2] = {0, 0};
     GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(host, result, sizeof(host), cudaMemcpyDeviceToHost, stream_));
-    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    kernels::synchronize_stream(stream_);
     if (host[0] != 0) first = static_cast<std::size_t>(host[1]);
     return static_cast<std::size_t>(host[0]);
+  }
+
+  void begin_counts(std::size_t slots) override {
+    slots_ = slots;
+    if (slots == 0) return;
+    const kernels::DeviceGuard guard(device_);
+    counts_device_ = thread_resources().counts(device_, stream_, slots);
+    // A slot never filled reads as zero (launch_find_nonfinite initializes the ones it fills).
+    GRADCOMP_CUDA_CHECK(cudaMemsetAsync(counts_device_, 0, slots * kernels::kNonfiniteResultBytes, stream_));
+  }
+
+  void count_nonfinite_into(const float* x, std::size_t n, std::size_t slot) override {
+    GRADCOMP_ASSERT(slot < slots_, "cuda_lowrank_ops: count slot {} of {}", slot, slots_);
+    if (n == 0) return;
+    const kernels::DeviceGuard guard(device_);
+    kernels::launch_find_nonfinite(x, n, counts_device_ + 2 * slot, stream_);
+  }
+
+  std::vector<NonfiniteCount> read_counts() override {
+    std::vector<NonfiniteCount> out(slots_);
+    if (slots_ == 0) return out;
+    const kernels::DeviceGuard guard(device_);
+    std::vector<unsigned long long> host(2 * slots_);
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(host.data(), counts_device_, slots_ * kernels::kNonfiniteResultBytes,
+                                        cudaMemcpyDeviceToHost, stream_));
+    kernels::synchronize_stream(stream_);
+    for (std::size_t s = 0; s < slots_; ++s) {
+      out[s].count = static_cast<std::size_t>(host[2 * s]);
+      out[s].first = host[2 * s] != 0 ? static_cast<std::size_t>(host[2 * s + 1]) : 0;
+    }
+    return out;
+  }
+
+  void project_into(const float* g, const float* r, float* m, const float* q, std::size_t rank, std::size_t rows,
+                    std::size_t cols, float* p, std::size_t slot) override {
+    const std::size_t n = rows * cols;
+    count_nonfinite_into(g, n, slot);
+    if (m != g) copy(m, g, n);
+    if (r != nullptr) add(m, r, n);
+    gemm(false, true, rank, rows, cols, 1.0f, q, cols, m, cols, 0.0f, p, rows);
   }
 
   void zero_nonfinite(float* x, std::size_t n) override {
@@ -311,7 +375,7 @@ class CudaLowRankOps final : public LowRankOps {
 
   void synchronize() override {
     const kernels::DeviceGuard guard(device_);
-    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    kernels::synchronize_stream(stream_);
   }
 
  private:
@@ -328,6 +392,8 @@ class CudaLowRankOps final : public LowRankOps {
 
   int device_;
   cudaStream_t stream_;
+  unsigned long long* counts_device_ = nullptr;  // begin_counts' slots
+  std::size_t slots_ = 0;
 };
 
 }  // namespace

@@ -136,11 +136,18 @@ void Step::plan(const TensorView& tensor, const CompressContext& ctx) {
 }
 
 void Step::scan_uncompressed(const CompressContext& ctx) {
-  // Compressed blocks are scanned by LowRankOps::project in their first pass (build_round1).
+  // Compressed blocks are scanned by LowRankOps::project_into in their first pass (build_round1). One wait for all
+  // the vectors (before any state is prepared: raise leaves even a new tensor without state).
+  std::vector<Block*> vectors;
   for (Block& block : blocks_) {
-    if (block.rank > 0) continue;
-    std::size_t first = 0;
-    apply_policy(block, ops_.count_nonfinite(block.grad, block.numel, first), first, block.grad, ctx);
+    if (block.rank == 0) vectors.push_back(&block);
+  }
+  if (vectors.empty()) return;
+  ops_.begin_counts(vectors.size());
+  for (std::size_t v = 0; v < vectors.size(); ++v) ops_.count_nonfinite_into(vectors[v]->grad, vectors[v]->numel, v);
+  const auto counts = ops_.read_counts();
+  for (std::size_t v = 0; v < vectors.size(); ++v) {
+    apply_policy(*vectors[v], counts[v].count, counts[v].first, vectors[v]->grad, ctx);
   }
 }
 
@@ -201,6 +208,7 @@ void Step::build_round1(const CompressContext& ctx) {
   round2_size_ = cursor2;
   round1_ = reserve(ops_, scratch_.round1, round1_size_);
   round2_ = reserve(ops_, scratch_.round2, round2_size_);
+  std::vector<Block*> matrices;
   for (Block& block : blocks_) {
     float* p = round1_ + block.p_offset;
     if (block.rank == 0) {
@@ -211,19 +219,29 @@ void Step::build_round1(const CompressContext& ctx) {
       }
       continue;
     }
+    matrices.push_back(&block);
+  }
+  if (matrices.empty()) return;
+  // One pass per matrix: the NaN/Inf count of G, M, and P^T (rank x rows) = Q^T (rank x cols) * M^T; the counts of
+  // every matrix come back with one wait.
+  ops_.begin_counts(matrices.size());
+  for (std::size_t b = 0; b < matrices.size(); ++b) {
+    Block& block = *matrices[b];
     // M = G + residual goes where the result will be written (the tensor's own memory, or the f32 scratch of an
     // f16/bf16 tensor or of a tensor that compress() must not change); the residual changes only on commit.
     float* m = const_cast<float*>(block.grad);
     if (!tensor_writable_ && tensor_.dtype() == DType::kF32) {
       m = reserve(ops_, scratch_.values, tensor_.numel()) + block.offset;
     }
-    // One pass: the NaN/Inf count of G, M, and P^T (rank x rows) = Q^T (rank x cols) * M^T.
-    std::size_t first = 0;
-    const std::size_t bad = ops_.project(block.grad, options_.ef ? block.state->residual.data() : nullptr, m,
-                                         block.state->q.data(), block.rank, block.rows, block.cols, p, first);
+    ops_.project_into(block.grad, options_.ef ? block.state->residual.data() : nullptr, m, block.state->q.data(),
+                      block.rank, block.rows, block.cols, round1_ + block.p_offset, b);
     block.matrix = m;
-    apply_policy(block, bad, first, m, ctx);
-    if (block.skipped) ops_.fill_zero(p, block.rank * block.rows);
+  }
+  const auto counts = ops_.read_counts();
+  for (std::size_t b = 0; b < matrices.size(); ++b) {
+    Block& block = *matrices[b];
+    apply_policy(block, counts[b].count, counts[b].first, block.matrix, ctx);
+    if (block.skipped) ops_.fill_zero(round1_ + block.p_offset, block.rank * block.rows);
   }
 }
 
@@ -252,7 +270,21 @@ void Step::average_q() {
 void Step::complete(std::optional<bool> average) {
   average_q();
   const float n = static_cast<float>(world_size_);
-  for (Block& block : blocks_) {
+  // Every rank holds the same averaged Q; a non-finite one (nonfinite=pass) is drawn afresh next step. The checks of
+  // every matrix come back with one wait.
+  std::vector<LowRankOps::NonfiniteCount> q_counts;
+  const bool any_matrix = std::any_of(blocks_.begin(), blocks_.end(), [](const Block& b) { return b.rank > 0; });
+  if (options_.warm_start && any_matrix) {
+    ops_.begin_counts(blocks_.size());
+    for (std::size_t b = 0; b < blocks_.size(); ++b) {
+      if (blocks_[b].rank > 0) {
+        ops_.count_nonfinite_into(round2_ + blocks_[b].q_offset, blocks_[b].rank * blocks_[b].cols, b);
+      }
+    }
+    q_counts = ops_.read_counts();
+  }
+  for (std::size_t b = 0; b < blocks_.size(); ++b) {
+    Block& block = blocks_[b];
     if (block.rank == 0) {
       if (average) {
         ops_.store_f32(round1_ + block.p_offset, *average ? 1.0f / n : 1.0f, tensor_, block.offset, block.numel,
@@ -265,9 +297,7 @@ void Step::complete(std::optional<bool> average) {
     const float* q = round2_ + block.q_offset;
     const std::size_t q_size = block.rank * block.cols;
     if (options_.warm_start) {
-      // Every rank holds the same averaged Q; a non-finite one (nonfinite=pass) is drawn afresh next step.
-      std::size_t first = 0;
-      state.q_valid = ops_.count_nonfinite(q, q_size, first) == 0;
+      state.q_valid = q_counts[b].count == 0;
       if (state.q_valid) ops_.copy(state.q.data(), q, q_size);
     }
     // One pass: residual = M - P Q_avg^T (ef=on, not skipped) and the result P Q^T (times n for a sum) into M's
