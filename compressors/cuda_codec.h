@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string_view>
 
 #include <cuda_runtime_api.h>
 
@@ -36,13 +37,16 @@ struct CudaEncodeArgs {
   cudaStream_t stream = nullptr;
 };
 
-// Inputs of one CUDA decode. The header was validated on the host; the sections point to device memory.
+// Inputs of one CUDA decode of one plain payload (or one part of a segmented one). The header was validated on the
+// host; the sections point to device memory, the first at a 16-byte aligned address.
 struct CudaDecodeArgs {
   const payload::View* view = nullptr;
   float* out = nullptr;  // numel f32 values, device
   std::size_t numel = 0;
   bool accumulate = false;
-  int* error_flag = nullptr;  // device int, zeroed before decode(); set non-zero by validation kernels
+  int* error_flag = nullptr;              // device int, zeroed before validate(); device checks set it non-zero
+  std::uint64_t* check_word = nullptr;    // device u64, zeroed before validate(); read back with the flag
+  std::span<const std::byte> lead;        // host copy of the first (up to 32) bytes of section 0
   void* workspace = nullptr;  // decode_workspace_bytes(numel) bytes
   cudaStream_t stream = nullptr;
 };
@@ -57,8 +61,20 @@ class CudaCodec {
   // fills stats.selected / stats.saturated (the caller reads the counters for nonfinite). May synchronize the
   // stream when a size is data-dependent.
   virtual std::size_t encode(const CudaEncodeArgs& args, std::byte* out, CompressStats& stats) = 0;
-  // Decodes into args.out (overwrite or add). Must check section sizes on the host (throw CorruptPayload) and
-  // report bad indices through args.error_flag before writing anything to args.out.
+  // Decoding runs in three rounds over every part of a payload, so that a corrupt part leaves the whole output
+  // untouched and the host waits once for the device checks of all parts: validate() every part, checked() every
+  // part once the flags and words are back on the host, decode() every part.
+  //
+  // validate(): the host checks of the sections against the header (throw CorruptPayload), then enqueues the device
+  // checks that must pass before anything is written (indices in range and increasing, finite scales), which set
+  // *args.error_flag, and may copy one payload word to *args.check_word. Returns true when it enqueued anything.
+  virtual bool validate(const CudaDecodeArgs& args) = 0;
+  // With the part's flag and word read back (only called when validate() returned true): throws CorruptPayload when
+  // they show a corrupt part.
+  virtual void checked(const CudaDecodeArgs& args, int flag, std::uint64_t word) const {
+    (void)args, (void)flag, (void)word;
+  }
+  // Writes the part into args.out (overwrite or add). validate() and checked() passed: no checks, no host wait.
   virtual void decode(const CudaDecodeArgs& args) = 0;
 };
 

@@ -35,11 +35,38 @@ struct DeviceTensorState {
 // after `released` (the end of the previous call's use) and records it again when it is done.
 struct DeviceScratch {
   kernels::DeviceBuffer workspace;    // codec workspace (two-phase: sized by CudaCodec::workspace_bytes)
-  kernels::DeviceBuffer counters;     // kernels::DeviceCounters + the decode error flag
+  kernels::DeviceBuffer counters;     // kernels::DeviceCounters
   kernels::DeviceBuffer values;       // f32 copy of an f16/bf16 gradient or output
-  kernels::DeviceBuffer staging;      // a host payload staged for a device decode
+  kernels::DeviceBuffer staging;      // a host payload (or a misaligned device one) staged for a device decode
+  kernels::DeviceBuffer checks;       // a decode's per-part error flags and check words
+  kernels::PinnedBuffer meta;         // a device payload's metadata block (kernels/payload_meta.cuh), written there
+  kernels::PinnedBuffer checks_host;  // the checks, read back
   kernels::StreamMark released;
 };
+
+// Marks the end of one call's use of the per-device scratch when the call leaves, by return or by exception, so the
+// next call on another stream waits for the kernels this one queued (and orders this call after the previous one).
+class ScratchUse {
+ public:
+  ScratchUse(DeviceScratch& scratch, cudaStream_t stream) : scratch_(scratch), stream_(stream) {
+    scratch_.released.order_before(stream_);
+  }
+  ~ScratchUse() {
+    try {
+      scratch_.released.record(stream_);
+    } catch (...) {  // a failing CUDA context: the error that got us here is the one to report
+    }
+  }
+  ScratchUse(const ScratchUse&) = delete;
+  ScratchUse& operator=(const ScratchUse&) = delete;
+
+ private:
+  DeviceScratch& scratch_;
+  cudaStream_t stream_;
+};
+
+// True when `pointer` can be read by a kernel on the current device (device or managed memory).
+bool is_device_memory(const void* pointer);
 
 class CudaPath {
  public:

@@ -43,7 +43,7 @@ class DenseCudaCodec final : public CudaCodec {
     return payload::total_bytes(header);
   }
 
-  void decode(const CudaDecodeArgs& args) override {
+  bool validate(const CudaDecodeArgs& args) override {
     const auto& view = *args.view;
     // No flags, no parameters, a float original dtype, one section (none too, as its CPU decoder checks).
     quantize::check_header(view, payload::codec_name(codec_), 0, 0, 0, 1);
@@ -51,7 +51,12 @@ class DenseCudaCodec final : public CudaCodec {
                       view.header.section_count == 1 && view.sections[0].size() == args.numel * wire_bytes(),
                       "corrupt '{}' payload: body has {} bytes for {} elements", payload::codec_name(codec_),
                       view.sections[0].size(), args.numel);
-    kernels::launch_dense_decode(wire_, view.sections[0].data(), args.out, args.numel, args.accumulate, args.stream);
+    return false;  // every wire value decodes
+  }
+
+  void decode(const CudaDecodeArgs& args) override {
+    kernels::launch_dense_decode(wire_, args.view->sections[0].data(), args.out, args.numel, args.accumulate,
+                                 args.stream);
   }
 
  private:

@@ -135,12 +135,16 @@ class DgcCudaCodec final : public CudaCodec {
     return payload::total_bytes(header);
   }
 
-  void decode(const CudaDecodeArgs& args) override {
+  bool validate(const CudaDecodeArgs& args) override {
     GRADCOMP_CHECK_AS(CorruptPayload,
                       args.view->header.param0 == static_cast<std::uint32_t>(sparse::ValueType::kF32),
                       "corrupt dgc payload: value type {} (dgc sends f32 values, type 0)", args.view->header.param0);
-    decode_index_value_cuda(args, "dgc");
+    return validate_index_value_cuda(args, "dgc");
   }
+  void checked(const CudaDecodeArgs& args, int flag, std::uint64_t) const override {
+    checked_index_value_cuda(args, flag, "dgc");
+  }
+  void decode(const CudaDecodeArgs& args) override { decode_index_value_cuda(args); }
 
  private:
   static constexpr std::size_t kMinSample = 1024;  // compressors/dgc.cc

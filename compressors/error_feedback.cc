@@ -356,7 +356,10 @@ void ErrorFeedbackCompressor::check_state_size(std::string_view name, std::size_
 
 void ErrorFeedbackCompressor::decompress(std::span<const std::byte> bytes, const TensorView& out, DecodeMode mode) {
   check_float_dtype(out, name_, "decompress output");
-  // The header (and a segmented payload's table) is read on the host; a device payload's prefix is copied back.
+  if (out.device().is_cuda()) {
+    decompress_cuda(bytes, out, mode);  // the whole payload, segmented or not (error_feedback_cuda_decode.cc)
+    return;
+  }
   std::array<std::byte, payload::kHeaderBytes> prefix{};
   GRADCOMP_CHECK_AS(CorruptPayload, bytes.size() >= prefix.size(),
                     "corrupt payload: {} bytes is shorter than the {}-byte header", bytes.size(), prefix.size());
@@ -389,10 +392,6 @@ void ErrorFeedbackCompressor::decompress(std::span<const std::byte> bytes, const
 
 void ErrorFeedbackCompressor::decompress_plain(std::span<const std::byte> bytes, const TensorView& out,
                                                DecodeMode mode) {
-  if (out.device().is_cuda()) {
-    decompress_cuda(bytes, out, mode);
-    return;
-  }
   const auto view = payload::parse(bytes, codec_, static_cast<long long>(out.numel()));
   GRADCOMP_CHECK_AS(CorruptPayload, !payload::is_segmented(view.header),
                     "corrupt payload: a segmented '{}' payload nested inside another", name_);
@@ -410,12 +409,13 @@ void ErrorFeedbackCompressor::decompress_plain(std::span<const std::byte> bytes,
   from_float(scratch_out_, out);
 }
 
-#if !GRADCOMP_WITH_CUDA
-// Without CUDA there is no device state; compressors/error_feedback_cuda.cc defines these in CUDA builds.
 void ErrorFeedbackCompressor::read_prefix(std::span<const std::byte> payload, std::byte* dst, std::size_t n,
                                           const TensorView&) const {
   std::memcpy(dst, payload.data(), std::min(n, payload.size()));
 }
+
+#if !GRADCOMP_WITH_CUDA
+// Without CUDA there is no device state; compressors/error_feedback_cuda.cc defines these in CUDA builds.
 
 void ErrorFeedbackCompressor::sync_to_host(std::string_view, bool) const {}
 void ErrorFeedbackCompressor::drop_device_states() {}

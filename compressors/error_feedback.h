@@ -130,7 +130,9 @@ class ErrorFeedbackCompressor : public Compressor {
   // payload is staged to the device for decode). Runs on grad.stream() / out.stream(); synchronizes that stream
   // once per segment (to learn the non-finite count and, for data-dependent sizes, the payload size).
   virtual std::size_t compress_cuda(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx);
-  // Decodes one plain (not segmented) payload into a CUDA tensor.
+  // Decodes a payload (plain or segmented; device or host memory) into a CUDA tensor: every part is checked before
+  // any is written, with one host wait for a device payload's metadata and one for the device checks of all parts
+  // (compressors/error_feedback_cuda_decode.cc). Returns with the decode queued on out.stream().
   virtual void decompress_cuda(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode);
 
   payload::CodecId codec() const { return codec_; }
@@ -161,9 +163,9 @@ class ErrorFeedbackCompressor : public Compressor {
   DeviceTensorState& device_state_for(std::string_view name, std::size_t numel, int device, void* stream, int rank);
   // Throws InvalidArgument when `name` already has state of another size than `numel`.
   void check_state_size(std::string_view name, std::size_t numel, int rank) const;
-  // Copies `n` bytes at the start of `payload` to host memory `dst` (a CUDA output's payload may be device memory).
+  // Copies `n` bytes at the start of `payload` (host memory: a host output's payload) to `dst`.
   void read_prefix(std::span<const std::byte> payload, std::byte* dst, std::size_t n, const TensorView& out) const;
-  // Decodes one plain payload (host or CUDA output).
+  // Decodes one plain payload into a host tensor.
   void decompress_plain(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode);
   [[noreturn]] void throw_nonfinite(const CompressContext& ctx, const TensorSegment& segment,
                                     std::size_t count, std::size_t index, float value) const;

@@ -25,7 +25,10 @@ void check_float_dtype(const TensorView& view, std::string_view codec, std::stri
                  "compressor '{}': {} must be f32, f16 or bf16, got {}", codec, what, view.describe());
 }
 
-// True when `pointer` can be read by a kernel on the current device (device or managed memory).
+constexpr std::size_t kCounterBytes = 256;  // DeviceCounters
+
+}  // namespace
+
 bool is_device_memory(const void* pointer) {
   cudaPointerAttributes attributes{};
   if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
@@ -34,31 +37,6 @@ bool is_device_memory(const void* pointer) {
   }
   return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
 }
-
-constexpr std::size_t kCounterBytes = 256;  // DeviceCounters, then the decode error flag at offset 128
-
-// Marks the end of this call's use of the per-device scratch when the call leaves, by return or by exception, so
-// the next call on another stream waits for the kernels this one queued.
-class ScratchUse {
- public:
-  ScratchUse(DeviceScratch& scratch, cudaStream_t stream) : scratch_(scratch), stream_(stream) {
-    scratch_.released.order_before(stream_);
-  }
-  ~ScratchUse() {
-    try {
-      scratch_.released.record(stream_);
-    } catch (...) {  // a failing CUDA context: the error that got us here is the one to report
-    }
-  }
-  ScratchUse(const ScratchUse&) = delete;
-  ScratchUse& operator=(const ScratchUse&) = delete;
-
- private:
-  DeviceScratch& scratch_;
-  cudaStream_t stream_;
-};
-
-}  // namespace
 
 void write_header_device(const payload::Header& header, std::byte* out, cudaStream_t stream) {
   std::array<std::byte, payload::kHeaderBytes> bytes{};
@@ -156,20 +134,6 @@ DeviceTensorState& ErrorFeedbackCompressor::device_state_for(std::string_view na
   DeviceTensorState& dstate = dev_it->second;
   dstate.written.order_before(stream);  // the last compress of this tensor may have run on another stream
   return dstate;
-}
-
-void ErrorFeedbackCompressor::read_prefix(std::span<const std::byte> payload, std::byte* dst, std::size_t n,
-                                          const TensorView& out) const {
-  n = std::min(n, payload.size());
-  if (n == 0) return;
-  if (out.device().is_cpu() || !is_device_memory(payload.data())) {
-    std::memcpy(dst, payload.data(), n);
-    return;
-  }
-  kernels::DeviceGuard guard(out.device().index);
-  auto stream = static_cast<cudaStream_t>(out.stream());
-  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dst, payload.data(), n, cudaMemcpyDeviceToHost, stream));
-  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 namespace {
@@ -292,7 +256,7 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
     kernels::DeviceCounters host_counters{};
     GRADCOMP_CUDA_CHECK(
         cudaMemcpyAsync(&host_counters, counters, sizeof(host_counters), cudaMemcpyDeviceToHost, stream));
-    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    kernels::synchronize_stream(stream);
     stats.nonfinite = host_counters.nonfinite;
     stats.saturated = std::max<std::size_t>(stats.saturated, host_counters.saturated);
     return size;
@@ -318,7 +282,7 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
           std::vector<float> host(segment.numel);
           GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(host.data(), values + segment.offset, segment.numel * sizeof(float),
                                               cudaMemcpyDeviceToHost, stream));
-          GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+          kernels::synchronize_stream(stream);
           const auto bad = std::find_if(host.begin(), host.end(), [](float v) { return !std::isfinite(v); });
           const auto index = static_cast<std::size_t>(bad - host.begin());
           throw_nonfinite(ctx, segment, part.nonfinite, index, bad == host.end() ? 0.0f : *bad);
@@ -394,80 +358,6 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
   if (stats_.skipped) cuda_->work[device].written.record(stream);
   stats_.payload_bytes = size;
   return size;
-}
-
-void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::byte> bytes, const TensorView& out,
-                                              DecodeMode mode) {
-  check_float_dtype(out, name_, "decompress output");
-  if (!cuda_) {
-    cuda_ = std::make_unique<CudaPath>();
-    cuda_->codec = make_cuda_codec(codec_, params_);
-  }
-  GRADCOMP_CHECK(cuda_->codec != nullptr, "compressor '{}' has no CUDA path (output is {})", name_, out.describe());
-  GRADCOMP_CHECK_AS(CorruptPayload, bytes.size() >= payload::kHeaderBytes,
-                    "corrupt payload: {} bytes is shorter than the {}-byte header", bytes.size(), payload::kHeaderBytes);
-  const int device = out.device().index;
-  kernels::DeviceGuard guard(device);
-  auto stream = static_cast<cudaStream_t>(out.stream());
-  DeviceScratch& scratch = cuda_->scratch[device];
-  const ScratchUse scratch_use(scratch, stream);
-  const std::size_t n = out.numel();
-
-  // The payload may be host memory (e.g. received by MPI into a host buffer): stage it on the device, and read the
-  // header from the host copy (no synchronization). A device payload's header is read back (one synchronization).
-  const std::byte* device_bytes = bytes.data();
-  std::array<std::byte, payload::kHeaderBytes> prefix{};
-  if (!is_device_memory(bytes.data())) {
-    scratch.staging.reserve(bytes.size());
-    GRADCOMP_CUDA_CHECK(
-        cudaMemcpyAsync(scratch.staging.data(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream));
-    device_bytes = scratch.staging.as<const std::byte>();
-    std::memcpy(prefix.data(), bytes.data(), prefix.size());
-  } else {
-    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(prefix.data(), device_bytes, prefix.size(), cudaMemcpyDeviceToHost, stream));
-    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
-  }
-  payload::View view;
-  view.header = payload::decode_header(prefix, bytes.size());
-  GRADCOMP_CHECK_AS(CorruptPayload, view.header.codec == codec_,
-                    "corrupt payload: codec {} ({}) where {} ({}) was expected",
-                    payload::codec_name(view.header.codec), static_cast<int>(view.header.codec),
-                    payload::codec_name(codec_), static_cast<int>(codec_));
-  GRADCOMP_CHECK_AS(CorruptPayload, view.header.numel == n,
-                    "corrupt payload: it holds {} elements but the output tensor has {}", view.header.numel, n);
-  GRADCOMP_CHECK_AS(CorruptPayload, !payload::is_segmented(view.header),
-                    "corrupt payload: a segmented '{}' payload nested inside another", name_);
-  for (std::size_t i = 0; i < view.header.section_count; ++i) {
-    view.sections[i] = std::span<const std::byte>(device_bytes + payload::section_offset(view.header, i),
-                                                   view.header.section_bytes[i]);
-  }
-
-  scratch.counters.reserve(kCounterBytes);
-  scratch.workspace.reserve(std::max<std::size_t>(cuda_->codec->decode_workspace_bytes(n), 256));
-  auto* error_flag = reinterpret_cast<int*>(scratch.counters.as<std::byte>() + 128);
-  GRADCOMP_CUDA_CHECK(cudaMemsetAsync(error_flag, 0, sizeof(int), stream));
-
-  CudaDecodeArgs args;
-  args.view = &view;
-  args.numel = n;
-  args.accumulate = mode == DecodeMode::kAccumulate;
-  args.error_flag = error_flag;
-  args.workspace = scratch.workspace.data();
-  args.stream = stream;
-  if (out.dtype() == DType::kF32) {
-    args.out = static_cast<float*>(out.data());
-    cuda_->codec->decode(args);
-    return;
-  }
-  const bool bf16 = out.dtype() == DType::kBF16;
-  scratch.values.reserve(std::max<std::size_t>(n, 1) * sizeof(float));
-  auto* values = scratch.values.as<float>();
-  if (args.accumulate) {
-    kernels::launch_half_to_float(static_cast<const std::uint16_t*>(out.data()), values, n, bf16, stream);
-  }
-  args.out = values;
-  cuda_->codec->decode(args);
-  kernels::launch_float_to_half(values, static_cast<std::uint16_t*>(out.data()), n, bf16, stream);
 }
 
 }  // namespace gradcomp

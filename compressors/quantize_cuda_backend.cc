@@ -13,6 +13,7 @@
 #include "compressors/terngrad.h"
 #include "gradcomp/error.h"
 #include "kernels/cuda_check.h"
+#include "kernels/cuda_buffer.h"
 #include "kernels/quantize_cuda.h"
 
 namespace gradcomp {
@@ -47,23 +48,26 @@ class QuantizeCudaCodec final : public CudaCodec {
     return payload::total_bytes(header);
   }
 
+  bool validate(const CudaDecodeArgs& args) override {
+    const auto& view = *args.view;
+    const std::size_t buckets = layout_.check(view, args.numel);
+    kernels::launch_check_scales(view.sections[0].data(), buckets,
+                                 (view.header.flags & quantize::kFlagNonFinite) != 0, args.error_flag, args.stream);
+    return true;
+  }
+
+  void checked(const CudaDecodeArgs& args, int flag, std::uint64_t) const override {
+    GRADCOMP_CHECK_AS(CorruptPayload, flag == 0,
+                      "corrupt '{}' payload: a bucket scale is negative or non-finite ({} values in buckets of {})",
+                      layout_.name, args.numel, layout_.effective_bucket(args.numel));
+  }
+
   void decode(const CudaDecodeArgs& args) override {
     const auto& view = *args.view;
-    const std::size_t n = args.numel;
-    const std::size_t buckets = layout_.check(view, n);
-    const std::size_t bucket = layout_.effective_bucket(n);
-    const auto* scales = view.sections[0].data();
-    kernels::launch_check_scales(scales, buckets, (view.header.flags & quantize::kFlagNonFinite) != 0,
-                                 args.error_flag, args.stream);
-    int bad = 0;
-    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&bad, args.error_flag, sizeof(int), cudaMemcpyDeviceToHost, args.stream));
-    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(args.stream));
-    GRADCOMP_CHECK_AS(CorruptPayload, bad == 0,
-                      "corrupt '{}' payload: a bucket scale is negative or non-finite ({} buckets of {})",
-                      layout_.name, buckets, bucket);
-    kernels::launch_quantize_decode(layout_.bits, params_.kind == kernels::QuantKind::kOneBit, bucket, scales,
-                                    reinterpret_cast<const std::uint8_t*>(view.sections[1].data()), args.out, n,
-                                    args.accumulate, args.stream);
+    kernels::launch_quantize_decode(layout_.bits, params_.kind == kernels::QuantKind::kOneBit,
+                                    layout_.effective_bucket(args.numel), view.sections[0].data(),
+                                    reinterpret_cast<const std::uint8_t*>(view.sections[1].data()), args.out,
+                                    args.numel, args.accumulate, args.stream);
   }
 
  private:

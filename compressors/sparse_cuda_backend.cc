@@ -8,6 +8,7 @@
 #include "compressors/sparse_cuda_backend.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -20,6 +21,7 @@
 #include "kernels/common_cuda.h"
 #include "kernels/cuda_buffer.h"
 #include "kernels/cuda_check.h"
+#include "kernels/randomk_cuda.h"
 #include "kernels/sparse_cuda.h"
 #include "kernels/sparsify_ops.cuh"
 
@@ -60,7 +62,11 @@ class TopKCudaCodec final : public CudaCodec {
     return payload::total_bytes(header);
   }
 
-  void decode(const CudaDecodeArgs& args) override { decode_index_value_cuda(args, "topk"); }
+  bool validate(const CudaDecodeArgs& args) override { return validate_index_value_cuda(args, "topk"); }
+  void checked(const CudaDecodeArgs& args, int flag, std::uint64_t) const override {
+    checked_index_value_cuda(args, flag, "topk");
+  }
+  void decode(const CudaDecodeArgs& args) override { decode_index_value_cuda(args); }
 
  private:
   std::size_t k_for(std::size_t n) const {
@@ -74,26 +80,24 @@ class TopKCudaCodec final : public CudaCodec {
   sparse::ValueType type_;
 };
 
-// randomk: the positions come from Floyd's algorithm, which is sequential, so they are drawn on the host by the CPU
-// codec's own randomk_indices() (same bits by construction) and uploaded (k int32 per call); the GPU does the error
-// feedback pass, the gather and the residual update.
+// randomk: the positions are Floyd's (randomk_indices() on the host), decided in parallel on the device
+// (kernels/randomk_cuda.h: the same bits), for the encode and again for each decode; the GPU also does the error
+// feedback pass, the gather and the residual update. The positions of the last (seed, key, step, n, k) are kept in a
+// device buffer: the decodes of one step (every rank's payload of a tensor) reuse the encode's.
 class RandomKCudaCodec final : public CudaCodec {
  public:
   RandomKCudaCodec(double ratio, std::uint64_t seed) : ratio_(ratio), seed_(seed) {}
 
   std::size_t workspace_bytes(std::size_t numel) const override {
-    return std::max<std::size_t>(kernels::k_of_ratio(ratio_, numel), 1) * sizeof(std::int32_t);
+    return kernels::randomk_workspace_bytes(numel, kernels::k_of_ratio(ratio_, numel));
   }
-  std::size_t decode_workspace_bytes(std::size_t numel) const override {
-    return std::max<std::size_t>(numel, 1) * sizeof(std::int32_t);
-  }
+  std::size_t decode_workspace_bytes(std::size_t numel) const override { return workspace_bytes(numel); }
 
   std::size_t encode(const CudaEncodeArgs& args, std::byte* out, CompressStats& stats) override {
     const std::size_t n = args.numel;
     GRADCOMP_CHECK(n <= kMaxIndexable, "compressor 'randomk': tensor '{}' has {} elements (at most {} supported)",
                    args.ctx->name, n, kMaxIndexable);
     const std::size_t k = kernels::k_of_ratio(ratio_, n);
-    randomk_indices(seed_, args.tensor_key, args.ctx->step, n, k, indices_);
     const payload::Header header = sparse::randomk_header(n, args.original_dtype, k);
     write_header_device(header, out, args.stream);
     const std::uint64_t stream_words[4] = {seed_, args.tensor_key, args.ctx->step, k};
@@ -102,61 +106,76 @@ class RandomKCudaCodec final : public CudaCodec {
     const bool ef = args.buffers[0] != nullptr;
     kernels::launch_ef_accumulate(args.grad, args.buffers[0], ef ? args.next[0] : nullptr, n, args.counters,
                                   args.stream);
-    auto* device_indices = static_cast<std::int32_t*>(args.workspace);
-    upload_indices(device_indices, k, args.stream);
-    kernels::launch_sparse_gather(ef ? args.next[0] : args.grad, device_indices, k, args.ctx->prescale, false,
+    const std::int32_t* indices = positions(stream_words, n, args.workspace, args.stream);
+    kernels::launch_sparse_gather(ef ? args.next[0] : args.grad, indices, k, args.ctx->prescale, false,
                                   out + payload::section_offset(header, 1), ef ? args.next[0] : nullptr,
                                   args.counters, args.stream);
-    // pinned_ is rewritten only after the caller's stream synchronization (compress_cuda reads the counters).
     stats.selected = k;
     return payload::total_bytes(header);
   }
 
-  void decode(const CudaDecodeArgs& args) override {
+  bool validate(const CudaDecodeArgs& args) override {
     const payload::Header& header = args.view->header;
     const auto& sections = args.view->sections;
     const std::size_t numel = args.numel;
     GRADCOMP_CHECK_AS(CorruptPayload,
                       header.section_count == 2 && header.flags == 0 && header.param0 == 0 &&
-                          sections[0].size() == kStreamSectionBytes,
+                          sections[0].size() == kStreamSectionBytes && args.lead.size() >= kStreamSectionBytes,
                       "corrupt randomk payload: {} sections, flags {:#x}, param0 {}, stream section {} bytes "
                       "(expected 2, 0, 0, {})",
                       header.section_count, header.flags, header.param0, sections[0].size(), kStreamSectionBytes);
     GRADCOMP_CHECK_AS(CorruptPayload, numel <= kMaxIndexable, "corrupt randomk payload: {} elements (at most {})",
                       numel, kMaxIndexable);
     std::uint64_t stream_words[4];
-    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(stream_words, sections[0].data(), sizeof(stream_words), cudaMemcpyDeviceToHost,
-                                        args.stream));
-    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(args.stream));
+    std::memcpy(stream_words, args.lead.data(), sizeof(stream_words));
     const std::uint64_t k = stream_words[3];
     GRADCOMP_CHECK_AS(CorruptPayload, k <= numel && header.param1 == k && sections[1].size() == k * sizeof(float),
                       "corrupt randomk payload: k = {} (header {}) with {} value bytes for a tensor of {} elements",
                       k, header.param1, sections[1].size(), numel);
-    randomk_indices(stream_words[0], stream_words[1], stream_words[2], numel, k, indices_);
-    auto* device_indices = static_cast<std::int32_t*>(args.workspace);
-    upload_indices(device_indices, k, args.stream);
-    kernels::launch_sparse_scatter(device_indices, sections[1].data(), false, k, args.out, numel, args.accumulate,
-                                   args.stream);
-    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(args.stream));  // pinned_ is rewritten by the next call
+    // The decode workspace is sized for this codec's k (a payload of another ratio is another spec).
+    GRADCOMP_CHECK_AS(CorruptPayload, k == kernels::k_of_ratio(ratio_, numel),
+                      "randomk payload with k = {} for {} elements, where this codec (ratio {}) sends {}", k, numel,
+                      ratio_, kernels::k_of_ratio(ratio_, numel));
+    return false;  // the positions are regenerated, never read: nothing to check on the device
+  }
+
+  void decode(const CudaDecodeArgs& args) override {
+    std::uint64_t stream_words[4];
+    std::memcpy(stream_words, args.lead.data(), sizeof(stream_words));
+    const std::int32_t* indices = positions(stream_words, args.numel, args.workspace, args.stream);
+    kernels::launch_sparse_scatter(indices, args.view->sections[1].data(), false, stream_words[3], args.out,
+                                   args.numel, args.accumulate, args.stream);
   }
 
  private:
   static constexpr std::size_t kStreamSectionBytes = sparse::kRandomKStreamBytes;
 
-  // Copies indices_[0, k) to the device through page-locked memory (a copy from the pageable vector would be staged
-  // synchronously by the driver, serializing the host with the stream).
-  void upload_indices(std::int32_t* device_indices, std::size_t k, cudaStream_t stream) {
-    if (k == 0) return;
-    pinned_.reserve(k * sizeof(std::int32_t));
-    std::memcpy(pinned_.as<void>(), indices_.data(), k * sizeof(std::int32_t));
-    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(device_indices, pinned_.as<void>(), k * sizeof(std::int32_t),
-                                        cudaMemcpyHostToDevice, stream));
+  // The positions of (seed, key, step, k) in a tensor of n elements, on the current device, in stream order: the kept
+  // ones when they match (every call of this compressor on a device is ordered after the previous one, see
+  // compressors/cuda_path.h's DeviceScratch), else computed into the kept buffer.
+  const std::int32_t* positions(const std::uint64_t (&words)[4], std::uint64_t n, void* workspace,
+                                cudaStream_t stream) {
+    int device = 0;
+    GRADCOMP_CUDA_CHECK(cudaGetDevice(&device));
+    const std::array<std::uint64_t, 6> id = {words[0], words[1], words[2], n, words[3],
+                                             static_cast<std::uint64_t>(device)};
+    if (!have_ || id != id_) {
+      have_ = false;
+      if (id[5] != id_[5]) kept_.release();  // the buffer lives on the device it was made on
+      kept_.reserve(std::max<std::uint64_t>(words[3], 1) * sizeof(std::int32_t));
+      kernels::launch_randomk_indices(words[0], words[1], words[2], n, words[3], kept_.as<std::int32_t>(), workspace,
+                                      stream);
+      id_ = id;
+      have_ = true;
+    }
+    return kept_.as<const std::int32_t>();
   }
 
   double ratio_;
   std::uint64_t seed_;
-  std::vector<std::uint32_t> indices_;
-  kernels::PinnedBuffer pinned_;
+  kernels::DeviceBuffer kept_;
+  std::array<std::uint64_t, 6> id_{};
+  bool have_ = false;
 };
 
 // blocktopk: block norms (one sequential fmaf chain per block, as on the CPU), the exact radix select of topk over
@@ -200,7 +219,7 @@ class BlockTopKCudaCodec final : public CudaCodec {
       kernels::topk_compact(key_values, blocks, threshold, ids, select_workspace, args.stream);
       std::int32_t last = 0;
       GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&last, ids + kb - 1, sizeof(last), cudaMemcpyDeviceToHost, args.stream));
-      GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(args.stream));
+      kernels::synchronize_stream(args.stream);
       value_count = kb * block_;
       if (static_cast<std::size_t>(last) == blocks - 1) value_count -= blocks * block_ - n;
     }
@@ -221,7 +240,7 @@ class BlockTopKCudaCodec final : public CudaCodec {
     return payload::total_bytes(header);
   }
 
-  void decode(const CudaDecodeArgs& args) override {
+  bool validate(const CudaDecodeArgs& args) override {
     const payload::Header& header = args.view->header;
     const auto& sections = args.view->sections;
     const std::size_t numel = args.numel;
@@ -240,23 +259,36 @@ class BlockTopKCudaCodec final : public CudaCodec {
     const std::size_t kb = id_bytes / sizeof(std::int32_t);
     const auto* ids = reinterpret_cast<const std::int32_t*>(sections[0].data());
     kernels::launch_validate_indices(ids, kb, blocks, args.error_flag, args.stream);
-    int bad = 0;
-    std::int32_t last = 0;
-    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&bad, args.error_flag, sizeof(int), cudaMemcpyDeviceToHost, args.stream));
+    // The value count depends on whether the short last block was sent: the last id comes back with the flag.
     if (kb > 0) {
-      GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&last, ids + kb - 1, sizeof(last), cudaMemcpyDeviceToHost, args.stream));
+      GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(args.check_word, ids + kb - 1, sizeof(std::int32_t),
+                                          cudaMemcpyDeviceToDevice, args.stream));
     }
-    GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(args.stream));
-    GRADCOMP_CHECK_AS(CorruptPayload, bad == 0,
+    return true;
+  }
+
+  void checked(const CudaDecodeArgs& args, int flag, std::uint64_t word) const override {
+    const payload::Header& header = args.view->header;
+    const std::size_t numel = args.numel, block = header.param0, blocks = (numel + block - 1) / block;
+    const std::size_t kb = args.view->sections[0].size() / sizeof(std::int32_t);
+    GRADCOMP_CHECK_AS(CorruptPayload, flag == 0,
                       "corrupt blocktopk payload: block ids are not strictly increasing and in [0, {}) ({} ids)",
                       blocks, kb);
+    const auto last = static_cast<std::size_t>(static_cast<std::uint32_t>(word));
     std::size_t expected = kb * block;
-    if (kb > 0 && static_cast<std::size_t>(last) == blocks - 1) expected -= blocks * block - numel;
-    GRADCOMP_CHECK_AS(CorruptPayload, sections[1].size() == expected * sizeof(float),
+    if (kb > 0 && last == blocks - 1) expected -= blocks * block - numel;
+    GRADCOMP_CHECK_AS(CorruptPayload, args.view->sections[1].size() == expected * sizeof(float),
                       "corrupt blocktopk payload: value section has {} bytes, {} values ({} bytes) expected",
-                      sections[1].size(), expected, expected * sizeof(float));
-    kernels::launch_block_scatter(ids, kb, block, numel, reinterpret_cast<const float*>(sections[1].data()), args.out,
-                                  args.accumulate, args.stream);
+                      args.view->sections[1].size(), expected, expected * sizeof(float));
+  }
+
+  void decode(const CudaDecodeArgs& args) override {
+    const auto& sections = args.view->sections;
+    const std::size_t kb = sections[0].size() / sizeof(std::int32_t);
+    kernels::launch_block_scatter(reinterpret_cast<const std::int32_t*>(sections[0].data()), kb,
+                                  args.view->header.param0, args.numel,
+                                  reinterpret_cast<const float*>(sections[1].data()), args.out, args.accumulate,
+                                  args.stream);
   }
 
  private:
@@ -273,7 +305,7 @@ class BlockTopKCudaCodec final : public CudaCodec {
 
 }  // namespace
 
-void decode_index_value_cuda(const CudaDecodeArgs& args, std::string_view codec) {
+bool validate_index_value_cuda(const CudaDecodeArgs& args, std::string_view codec) {
   const payload::Header& header = args.view->header;
   const auto& sections = args.view->sections;
   GRADCOMP_CHECK_AS(CorruptPayload, header.section_count == 2 && header.flags == 0,
@@ -293,16 +325,23 @@ void decode_index_value_cuda(const CudaDecodeArgs& args, std::string_view codec)
   GRADCOMP_CHECK_AS(CorruptPayload, sections[1].size() == k * sparse::value_bytes(type),
                     "corrupt {} payload: value section has {} bytes, {} entries of {} bytes expected", codec,
                     sections[1].size(), k, sparse::value_bytes(type));
-  const auto* indices = reinterpret_cast<const std::int32_t*>(sections[0].data());
-  kernels::launch_validate_indices(indices, k, args.numel, args.error_flag, args.stream);
-  int bad = 0;
-  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&bad, args.error_flag, sizeof(int), cudaMemcpyDeviceToHost, args.stream));
-  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(args.stream));
-  GRADCOMP_CHECK_AS(CorruptPayload, bad == 0,
+  kernels::launch_validate_indices(reinterpret_cast<const std::int32_t*>(sections[0].data()), k, args.numel,
+                                   args.error_flag, args.stream);
+  return true;
+}
+
+void checked_index_value_cuda(const CudaDecodeArgs& args, int flag, std::string_view codec) {
+  GRADCOMP_CHECK_AS(CorruptPayload, flag == 0,
                     "corrupt {} payload: indices are not strictly increasing and in [0, {}) ({} entries)", codec,
-                    args.numel, k);
-  kernels::launch_sparse_scatter(indices, sections[1].data(), type == sparse::ValueType::kF16, k, args.out, args.numel,
-                                 args.accumulate, args.stream);
+                    args.numel, args.view->sections[0].size() / sizeof(std::int32_t));
+}
+
+void decode_index_value_cuda(const CudaDecodeArgs& args) {
+  const auto& sections = args.view->sections;
+  const auto type = static_cast<sparse::ValueType>(args.view->header.param0);
+  kernels::launch_sparse_scatter(reinterpret_cast<const std::int32_t*>(sections[0].data()), sections[1].data(),
+                                 type == sparse::ValueType::kF16, sections[0].size() / sizeof(std::int32_t), args.out,
+                                 args.numel, args.accumulate, args.stream);
 }
 
 std::unique_ptr<CudaCodec> make_sparse_cuda_codec(payload::CodecId codec, const Params& params) {

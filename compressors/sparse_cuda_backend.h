@@ -17,8 +17,10 @@ std::unique_ptr<CudaCodec> make_sparse_cuda_codec(payload::CodecId codec, const 
 // dgc's backend (compressors/dgc_cuda_backend.cc), configured from dgc's parsed parameters.
 std::unique_ptr<CudaCodec> make_dgc_cuda_codec(const Params& params);
 
-// sparse::decode_index_value on the device (topk, dgc): host checks of the header (CorruptPayload), a validation
-// kernel whose flag the host reads (one synchronization) before anything is written, then the scatter into args.out.
-void decode_index_value_cuda(const CudaDecodeArgs& args, std::string_view codec);
+// sparse::decode_index_value on the device (topk, dgc), as CudaCodec's three rounds: host checks of the header
+// (CorruptPayload) and the index validation kernel; the flag's verdict; the scatter into args.out.
+bool validate_index_value_cuda(const CudaDecodeArgs& args, std::string_view codec);
+void checked_index_value_cuda(const CudaDecodeArgs& args, int flag, std::string_view codec);
+void decode_index_value_cuda(const CudaDecodeArgs& args);
 
 }  // namespace gradcomp

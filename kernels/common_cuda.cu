@@ -8,6 +8,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_reduce.cuh"
 #include "kernels/half_ops.cuh"
+#include "kernels/payload_meta.cuh"
 
 namespace gradcomp::kernels {
 namespace {
@@ -134,6 +135,30 @@ void launch_write_bytes(void* out, const void* bytes, std::size_t count, cudaStr
   std::memcpy(block.bytes, bytes, count);
   write_bytes_kernel<<<1, kMaxWriteBytes, 0, stream>>>(static_cast<unsigned char*>(out), block,
                                                        static_cast<unsigned>(count));
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
+
+namespace {
+
+// One block: thread 0 lays out the parts, then every thread copies (kernels/payload_meta.cuh).
+__global__ void collect_payload_meta_kernel(const unsigned char* payload, std::size_t size, unsigned char* out,
+                                            std::size_t capacity) {
+  __shared__ std::uint64_t offsets[kMaxMetaParts];
+  __shared__ std::size_t parts;
+  if (threadIdx.x == 0) {
+    parts = meta_parts(payload, size, capacity);
+    meta_part_offsets(payload, parts, offsets);
+  }
+  __syncthreads();
+  meta_copy_block(payload, size, out, parts, offsets, threadIdx.x, blockDim.x);
+}
+
+}  // namespace
+
+void launch_collect_payload_meta(const void* payload, std::size_t size, void* out, std::size_t capacity,
+                                 cudaStream_t stream) {
+  collect_payload_meta_kernel<<<1, kThreads, 0, stream>>>(static_cast<const unsigned char*>(payload), size,
+                                                          static_cast<unsigned char*>(out), capacity);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 

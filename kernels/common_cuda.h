@@ -40,4 +40,10 @@ inline constexpr std::size_t kMaxWriteBytes = 128;
 // CudaError (invalid value) when count > kMaxWriteBytes.
 void launch_write_bytes(void* out, const void* bytes, std::size_t count, cudaStream_t stream);
 
+// Writes the metadata block (kernels/payload_meta.cuh) of the payload at `payload` (device memory, `size` bytes) into
+// `out` (`capacity` bytes: device memory, or page-locked host memory the device writes directly), in stream order,
+// with one block of threads. The host reads it after a synchronization: one wait for every part's header.
+void launch_collect_payload_meta(const void* payload, std::size_t size, void* out, std::size_t capacity,
+                                 cudaStream_t stream);
+
 }  // namespace gradcomp::kernels

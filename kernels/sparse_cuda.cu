@@ -5,6 +5,7 @@
 #include <thrust/iterator/counting_iterator.h>
 
 #include "kernels/common_cuda.h"
+#include "kernels/cuda_buffer.h"
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_reduce.cuh"
 #include "kernels/half_ops.cuh"
@@ -281,7 +282,7 @@ TopkThreshold topk_threshold(const float* grad, const float* residual, float* va
   GRADCOMP_CUDA_LAUNCH_CHECK();
   TopkSelectState result{};
   GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&result, state, sizeof(result), cudaMemcpyDeviceToHost, stream));
-  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  kernels::synchronize_stream(stream);
   return TopkThreshold{result.prefix, result.k_remaining, result.bin_count};
 }
 
@@ -361,7 +362,7 @@ std::size_t collect_at_least(const float* values, std::size_t n, std::uint32_t t
                                             stream));
   long long host_count = 0;
   GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(&host_count, count, sizeof(host_count), cudaMemcpyDeviceToHost, stream));
-  GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  kernels::synchronize_stream(stream);
   return static_cast<std::size_t>(host_count);
 }
 

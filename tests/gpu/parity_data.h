@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -47,9 +48,18 @@ inline std::string with_param(const std::string& spec, const std::string& param)
 // runs at least twice per thread / warp on the largest GPU expected (grid_for caps a grid at 8 blocks of 256 threads
 // per SM; an H200 has 132 SMs: 270,336 threads, 8,448 warps; 4.5M values are 1.1M float4 groups and 8,790 buckets
 // of 512), and that DGC samples more than its 1,024-draw minimum (69 chunks of 64K, 656 draws each).
+// GRADCOMP_PARITY_MAX_NUMEL=N keeps the sizes up to N (compute-sanitizer runs, where every kernel is many times
+// slower: bench/gpu/check.sh).
 inline constexpr std::size_t kGridStrideSize = 4'500'007;
 inline const std::vector<std::size_t>& sizes() {
-  static const std::vector<std::size_t> list = {1, 7, 4096, 100003, kGridStrideSize};
+  static const std::vector<std::size_t> list = [] {
+    std::vector<std::size_t> all = {1, 7, 4096, 100003, kGridStrideSize};
+    if (const char* limit = std::getenv("GRADCOMP_PARITY_MAX_NUMEL")) {
+      const std::size_t max = std::strtoull(limit, nullptr, 10);
+      std::erase_if(all, [&](std::size_t n) { return n > max; });
+    }
+    return all;
+  }();
   return list;
 }
 

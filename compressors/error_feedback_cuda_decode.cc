@@ -1,0 +1,207 @@
+// The CUDA decode of ErrorFeedbackCompressor: one payload, plain or segmented, in device or host memory, into a CUDA
+// tensor. The host waits at most twice whatever the number of parts: once for a device payload's metadata block
+// (every part's header, kernels/payload_meta.cuh; a host payload's is read on the host) and once for the device
+// checks of every part (CudaCodec::validate: indices, scales), which all run before any part is written, so a corrupt
+// part leaves the whole output untouched. The decode itself is left queued on the output's stream.
+#include "gradcomp/config.h"
+
+#if GRADCOMP_WITH_CUDA
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "compressors/cuda_path.h"
+#include "compressors/error_feedback.h"
+#include "compressors/segmented_payload.h"
+#include "gradcomp/error.h"
+#include "kernels/common_cuda.h"
+#include "kernels/cuda_check.h"
+#include "kernels/payload_meta.cuh"
+
+namespace gradcomp {
+namespace {
+
+constexpr std::size_t kMetaCapacity = kernels::meta_block_bytes(kernels::kMaxMetaParts);
+constexpr std::size_t kCheckBytes = 16;  // per part: int flag, padding, u64 word
+
+// One part of the payload, its header checked on the host, its sections in device memory.
+struct PartPlan {
+  payload::View view;
+  std::size_t element_offset = 0;
+  std::size_t numel = 0;
+  std::span<const std::byte> lead;  // host: the first 32 bytes of section 0
+};
+
+payload::Header header_at(const std::byte* lead, std::size_t bytes) {
+  return payload::decode_header(std::span<const std::byte, payload::kHeaderBytes>(lead, payload::kHeaderBytes), bytes);
+}
+
+PartPlan plan_part(const payload::Header& header, const std::byte* device_part, const std::byte* lead,
+                   std::size_t element_offset, std::size_t numel) {
+  PartPlan part;
+  part.view.header = header;
+  for (std::size_t i = 0; i < header.section_count; ++i) {
+    part.view.sections[i] = std::span<const std::byte>(device_part + payload::section_offset(header, i),
+                                                       header.section_bytes[i]);
+  }
+  part.element_offset = element_offset;
+  part.numel = numel;
+  part.lead = std::span<const std::byte>(lead + payload::kHeaderBytes, kernels::kMetaLead - payload::kHeaderBytes);
+  return part;
+}
+
+// The table and the part leads of a segmented payload whose metadata block could not hold them (more than
+// kMaxMetaParts parts): read back with two more waits, into `storage`.
+const std::byte* read_large_meta(const std::byte* device_bytes, const payload::Header& header, std::size_t size,
+                                 std::vector<std::byte>& storage, cudaStream_t stream) {
+  const std::size_t parts = header.param0, table_bytes = 16 * parts;
+  GRADCOMP_CHECK_AS(CorruptPayload, payload::kHeaderBytes + table_bytes <= size,
+                    "corrupt segmented payload: a table of {} parts does not fit its {} bytes", parts, size);
+  storage.assign(kernels::meta_block_bytes(parts), std::byte{0});
+  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(storage.data() + kernels::kMetaLead, device_bytes + payload::kHeaderBytes,
+                                      table_bytes, cudaMemcpyDeviceToHost, stream));
+  kernels::synchronize_stream(stream);
+  const auto layout = payload::parse_segmented(
+      header, std::span<const std::byte>(storage.data() + kernels::kMetaLead, table_bytes), size);
+  std::byte* leads = storage.data() + kernels::kMetaLead + table_bytes;
+  for (std::size_t s = 0; s < parts; ++s) {
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(leads + s * kernels::kMetaLead, device_bytes + layout[s].offset,
+                                        std::min(kernels::kMetaLead, layout[s].bytes), cudaMemcpyDeviceToHost,
+                                        stream));
+  }
+  kernels::synchronize_stream(stream);
+  return storage.data();
+}
+
+}  // namespace
+
+void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::byte> bytes, const TensorView& out,
+                                              DecodeMode mode) {
+  if (!cuda_) {
+    cuda_ = std::make_unique<CudaPath>();
+    cuda_->codec = make_cuda_codec(codec_, params_);
+  }
+  GRADCOMP_CHECK(cuda_->codec != nullptr, "compressor '{}' has no CUDA path (output is {})", name_, out.describe());
+  GRADCOMP_CHECK_AS(CorruptPayload, bytes.size() >= payload::kHeaderBytes,
+                    "corrupt payload: {} bytes is shorter than the {}-byte header", bytes.size(), payload::kHeaderBytes);
+  const int device = out.device().index;
+  kernels::DeviceGuard guard(device);
+  auto stream = static_cast<cudaStream_t>(out.stream());
+  DeviceScratch& scratch = cuda_->scratch[device];
+  const ScratchUse scratch_use(scratch, stream);
+  CudaCodec& codec = *cuda_->codec;
+  const std::size_t n = out.numel(), size = bytes.size();
+
+  // 1. The payload in device memory at a 16-byte aligned address (its sections are loaded as int32 and float4), and
+  // its metadata block on the host.
+  const std::byte* device_bytes = bytes.data();
+  const std::byte* meta = nullptr;
+  std::vector<std::byte> host_meta(kernels::kMetaLead);
+  if (is_device_memory(bytes.data())) {
+    if (reinterpret_cast<std::uintptr_t>(bytes.data()) % payload::kSectionAlign != 0) {
+      scratch.staging.reserve(size);
+      GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(scratch.staging.data(), bytes.data(), size, cudaMemcpyDeviceToDevice,
+                                          stream));
+      device_bytes = scratch.staging.as<const std::byte>();
+    }
+    scratch.meta.reserve(kMetaCapacity);
+    kernels::launch_collect_payload_meta(device_bytes, size, scratch.meta.as<void>(), kMetaCapacity, stream);
+    kernels::synchronize_stream(stream);
+    meta = scratch.meta.as<const std::byte>();
+  } else {
+    scratch.staging.reserve(size);
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(scratch.staging.data(), bytes.data(), size, cudaMemcpyHostToDevice, stream));
+    device_bytes = scratch.staging.as<const std::byte>();
+    const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+    host_meta.resize(kernels::meta_block_bytes(kernels::meta_parts(p, size, kMetaCapacity)));
+    std::vector<std::uint64_t> offsets(kernels::kMaxMetaParts);
+    kernels::collect_payload_meta_host(p, size, reinterpret_cast<unsigned char*>(host_meta.data()), kMetaCapacity,
+                                       offsets.data());
+    meta = host_meta.data();
+  }
+
+  // 2. Every part's header, checked on the host.
+  const payload::Header header = header_at(meta, size);
+  GRADCOMP_CHECK_AS(CorruptPayload, header.codec == codec_,
+                    "corrupt payload: codec {} ({}) where {} ({}) was expected", payload::codec_name(header.codec),
+                    static_cast<int>(header.codec), payload::codec_name(codec_), static_cast<int>(codec_));
+  GRADCOMP_CHECK_AS(CorruptPayload, header.numel == n,
+                    "corrupt payload: it holds {} elements but the output tensor has {}", header.numel, n);
+  std::vector<PartPlan> parts;
+  if (!payload::is_segmented(header)) {
+    parts.push_back(plan_part(header, device_bytes, meta, 0, n));
+  } else {
+    std::size_t count = kernels::meta_parts(reinterpret_cast<const unsigned char*>(meta), size, kMetaCapacity);
+    std::vector<std::byte> large;
+    if (count == 0) {
+      meta = read_large_meta(device_bytes, header, size, large, stream);
+      count = header.param0;
+    }
+    const auto table = std::span<const std::byte>(meta + kernels::kMetaLead, 16 * count);
+    const std::vector<payload::Part> layout = payload::parse_segmented(header, table, size);
+    const std::byte* leads = meta + kernels::kMetaLead + 16 * count;
+    for (std::size_t s = 0; s < layout.size(); ++s) {
+      const std::byte* lead = leads + s * kernels::kMetaLead;
+      const payload::Header part = header_at(lead, layout[s].bytes);
+      GRADCOMP_CHECK_AS(CorruptPayload,
+                        part.codec == codec_ && !payload::is_segmented(part) && part.dtype == header.dtype &&
+                            part.numel == layout[s].numel,
+                        "corrupt segmented payload: part {} of {} is codec {}, {}segmented, dtype {} over {} elements "
+                        "(expected '{}', not segmented, {} over {})",
+                        s, layout.size(), payload::codec_name(part.codec), payload::is_segmented(part) ? "" : "not ",
+                        dtype_name(part.dtype), part.numel, name_, dtype_name(header.dtype), layout[s].numel);
+      parts.push_back(plan_part(part, device_bytes + layout[s].offset, lead, layout[s].element_offset,
+                                layout[s].numel));
+    }
+  }
+
+  // 3. The device checks of every part, then one wait for all their verdicts.
+  std::size_t largest = 0;
+  for (const PartPlan& part : parts) largest = std::max(largest, part.numel);
+  scratch.workspace.reserve(std::max<std::size_t>(codec.decode_workspace_bytes(largest), 256));
+  scratch.checks.reserve(kCheckBytes * parts.size());
+  GRADCOMP_CUDA_CHECK(cudaMemsetAsync(scratch.checks.data(), 0, kCheckBytes * parts.size(), stream));
+  const bool half = out.dtype() != DType::kF32;
+  float* values = static_cast<float*>(out.data());
+  if (half) values = static_cast<float*>(scratch.values.reserve(std::max<std::size_t>(n, 1) * sizeof(float)));
+  std::vector<CudaDecodeArgs> args(parts.size());
+  bool device_checks = false;
+  for (std::size_t s = 0; s < parts.size(); ++s) {
+    CudaDecodeArgs& a = args[s];
+    a.view = &parts[s].view;
+    a.out = values + parts[s].element_offset;
+    a.numel = parts[s].numel;
+    a.accumulate = mode == DecodeMode::kAccumulate;
+    a.error_flag = reinterpret_cast<int*>(scratch.checks.as<std::byte>() + kCheckBytes * s);
+    a.check_word = reinterpret_cast<std::uint64_t*>(scratch.checks.as<std::byte>() + kCheckBytes * s + 8);
+    a.lead = parts[s].lead;
+    a.workspace = scratch.workspace.data();
+    a.stream = stream;
+    device_checks = codec.validate(a) || device_checks;
+  }
+  if (device_checks) {
+    scratch.checks_host.reserve(kCheckBytes * parts.size());
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(scratch.checks_host.as<void>(), scratch.checks.data(),
+                                        kCheckBytes * parts.size(), cudaMemcpyDeviceToHost, stream));
+    kernels::synchronize_stream(stream);
+    for (std::size_t s = 0; s < parts.size(); ++s) {
+      const std::byte* check = scratch.checks_host.as<const std::byte>() + kCheckBytes * s;
+      int flag = 0;
+      std::uint64_t word = 0;
+      std::memcpy(&flag, check, sizeof(flag));
+      std::memcpy(&word, check + 8, sizeof(word));
+      codec.checked(args[s], flag, word);
+    }
+  }
+
+  // 4. Every part into the output (through f32 for an f16/bf16 tensor).
+  const bool bf16 = out.dtype() == DType::kBF16;
+  if (half && mode == DecodeMode::kAccumulate) {
+    kernels::launch_half_to_float(static_cast<const std::uint16_t*>(out.data()), values, n, bf16, stream);
+  }
+  for (CudaDecodeArgs& a : args) codec.decode(a);
+  if (half) kernels::launch_float_to_half(values, static_cast<std::uint16_t*>(out.data()), n, bf16, stream);
+}
+
+}  // namespace gradcomp
+#endif
