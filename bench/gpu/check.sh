@@ -79,7 +79,9 @@ if wanted gpu; then
   done
 fi
 # ---- compute-sanitizer -----------------------------------------------------------------------------------------------
-if wanted sanitize; then
+if wanted sanitize && [ $DRY -eq 1 ] && ! command -v "$SANITIZER" >/dev/null; then
+  record sanitize SKIPPED 0 - "no compute-sanitizer on this machine (dry run; the device image has it)"
+elif wanted sanitize; then
   for tool in memcheck racecheck; do
     step "sanitize.$tool.parity" 90 env GRADCOMP_PARITY_MAX_NUMEL=100003 "$SANITIZER" --tool "$tool" \
       --error-exitcode 1 "$(test_path codec_parity_gpu_test)" \

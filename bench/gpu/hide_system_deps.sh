@@ -22,7 +22,8 @@ if [ -z "${GRADCOMP_HIDDEN_NS:-}" ]; then
 fi
 
 L=/usr/lib/x86_64-linux-gnu
-stash=$(mktemp -d /tmp/gradcomp-hidden.XXXXXX)
+stash=/tmp/gradcomp-hidden  # a fixed place: a rebuild's CMake cache keeps pointing at the stand-in wheel
+rm -rf "$stash"
 mkdir -p "$stash/empty" "$stash/site/nvidia/nccl/include" "$stash/site/nvidia/nccl/lib"
 hidden=()
 hide() {  # path...: folders become empty, files (their targets) read as /dev/null
