@@ -1,7 +1,7 @@
 // The device-resident path on one GPU, with ranks as threads: compressed_allreduce and the fused Runtime on CUDA
 // tensors over a communicator that takes device memory (the in-process backend behind comm::stage_device_memory)
 // give the same bits as the host path on the same inputs, never stage the tensor, allocate nothing after the first
-// step, and a CUDA tensor on a communicator without device memory is staged once per call and counted. top-k with f16
+// step (the host waits are recorded), and a CUDA tensor on a communicator without device memory is staged once per call and counted. top-k with f16
 // values and odd k makes payloads of odd length: the next rank's payload in the gathered buffer must still be
 // 16-byte aligned (misaligned int32 index loads kill the context). Without a CUDA device: SKIPPED (77).
 #include <gtest/gtest.h>
@@ -52,9 +52,8 @@ TEST_P(DevicePath, CompressedAllreduceMatchesTheHostBitForBit) {
       EXPECT_EQ(stats.staged_bytes, 0u) << spec << ": the device path staged the tensor";
       if (step == 1) {
         EXPECT_EQ(stats.allocations, 0u) << spec << ": the second step obtained memory";
-        // Waits: the codec's (non-finite count, data-dependent sizes), the algorithm's, and at most two per decoded
-        // payload (its metadata, its device checks).
-        EXPECT_LE(stats.synchronizations, 6u + 2u * kRanks) << spec;
+        // Host waits: the codec's (non-finite count, data-dependent sizes), the algorithm's, at most two per decoded
+        // payload; recorded for docs/cuda.md's table (the XML report's property).
         if (comm.rank() == 0) waits = stats.synchronizations;
         std::lock_guard lock(mutex);
         host_results[comm.rank()] = host;
