@@ -22,7 +22,8 @@
 # tensors) and the time budget is printed.
 #
 # usage: bench/gpu/check.sh [--dry-run] [--deadline S] [--jobs N] [--only STEP[,STEP...]] [--build-dir D]
-#                           [--deps FILE] [--help]
+#                           [--deps FILE] [--scale N] [--help]
+#   --scale N   every step's time limit times N (a dry run on a machine slower than the device's 16 cores)
 # Exit: 0 every step passed; 1 a test, sanitizer, Python or MPI run failed, a gpu test skipped on a GPU machine, or
 # a benchmark reported #wrong; 2 setup, configure or build failed; 3 no GPU (not with --dry-run); 5 nothing failed
 # but a step was NOT RUN for the deadline.
@@ -35,6 +36,7 @@ JOBS=16
 DEADLINE=540
 DRY=0
 ONLY=""
+SCALE=1
 PYTHON=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -44,6 +46,7 @@ while [ $# -gt 0 ]; do
     --only) ONLY=",$2,"; shift ;;
     --build-dir) BUILD_DIR=$(realpath -m "$2"); shift ;;
     --deps) DEPS=$(realpath -m "$2"); shift ;;
+    --scale) SCALE=$2; shift ;;
     -h|--help) sed -n '2,/^set -uo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "check.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -51,7 +54,7 @@ while [ $# -gt 0 ]; do
 done
 if [ $DRY -eq 1 ] && [ -z "${GRADCOMP_HIDDEN_NS:-}" ]; then
   exec "$ROOT/bench/gpu/hide_system_deps.sh" "$0" --dry-run --deadline "$DEADLINE" --jobs "$JOBS" \
-    --build-dir "$BUILD_DIR" --deps "$DEPS" ${ONLY:+--only "${ONLY:1:${#ONLY}-2}"}
+    --build-dir "$BUILD_DIR" --deps "$DEPS" --scale "$SCALE" ${ONLY:+--only "${ONLY:1:${#ONLY}-2}"}
 fi
 source "$ROOT/bench/gpu/check_lib.sh"
 ON_CPU=()  # the Python steps' CPU stand-in in a dry run

@@ -46,7 +46,7 @@ record() { printf '%s\t%s\t%s\t%s\t%s\n' "$@" >> "$STATUS"; say "$(printf '%-34s
 # step NAME LIMIT COMMAND...: runs COMMAND (a shell function too) under min(LIMIT, time left) seconds, output in
 # logs/NAME.log. Returns non-zero unless it passed (or skipped with 77 in a dry run).
 step() {
-  local name=$1 limit=$2
+  local name=$1 limit=$(( $2 * SCALE ))
   shift 2
   local room=$(( DEADLINE - $(elapsed) - RESERVE ))
   if [ "$room" -lt 15 ] || { [ "$room" -lt "$limit" ] && [ "$room" -lt 60 ]; }; then
