@@ -152,17 +152,26 @@ prove_prefix_used() {
     if [ "$value" = "$NCCL_INCLUDE" ] || [ "$value" = "$NCCL_LIBRARY" ]; then echo "ok   $var = $value"; else
       echo "BAD  $var = '$value'"; bad=1; fi
   done
-  local foreign
-  foreign=$(cd "$BUILD_DIR" && ninja -t deps 2>/dev/null | grep -E '^ +/' | grep -E '/(fmt|gtest|gmock|benchmark|openmpi|mpi)/|/(mpi|nccl|cblas)\.h$' \
+  local foreign  # (gradcomp's own sources, comm/mpi/ among them, are not a copy of anything)
+  foreign=$(cd "$BUILD_DIR" && ninja -t deps 2>/dev/null | grep -E '^ +/' | grep -v -e "^ *$ROOT/" -e "^ *$BUILD_DIR/" \
+              | grep -E '/(fmt|gtest|gmock|benchmark|openmpi|mpi)/|/(mpi|nccl|cblas)\.h$' \
               | grep -v -e "^ *$PREFIX" -e "^ *$NCCL_INCLUDE" | sort -u | head -5)
   if [ -n "$foreign" ]; then echo "BAD  headers from outside the prefix:"; echo "$foreign"; bad=1; else
     echo "ok   every fmt/GoogleTest/Benchmark/MPI/NCCL/CBLAS header came from the prefix or the wheel"; fi
-  local resolved
-  resolved=$(env -u LD_LIBRARY_PATH ldd "$BUILD_DIR/libgradcomp.so" "$(test_path cuda_check_test)" \
-               | grep -E 'libfmt|libopenblas|libmpi\.|libnccl' | sort -u)
+  # The loader in the steps' environment (LD_LIBRARY_PATH as setup_environment set it: Open MPI's own libraries
+  # are found through it, not through gradcomp's RUNPATH) resolves every carried library into the prefix or the wheel.
+  local resolved module
+  module=$(find "$BUILD_DIR/python" -name '_gradcomp*.so' -type f 2>/dev/null | head -1)
+  resolved=$(ldd "$BUILD_DIR/libgradcomp.so" "$(test_path cuda_check_test)" ${module:+"$module"} 2>&1 \
+               | grep -E 'libfmt|libopenblas|libmpi\.|libopen-(rte|pal)|libpmix|libnccl|not found|error' \
+               | sed 's/ (0x[0-9a-f]*)//' | sort -u)
   echo "$resolved" | sed 's/^/     /'
-  if echo "$resolved" | grep -v -e "$PREFIX" -e "$(dirname "$NCCL_LIBRARY")" | grep -q .; then
-    echo "BAD  a library resolves outside the prefix and the wheel"; bad=1
+  if ! echo "$resolved" | grep -q 'libmpi\.so.*=> /' || ! echo "$resolved" | grep -q 'libnccl.*=> /'; then
+    echo "BAD  ldd resolved no libmpi or no libnccl"; bad=1
+  elif echo "$resolved" | grep -v -e "=> $PREFIX" -e "=> $(dirname "$NCCL_LIBRARY")" | grep -q .; then
+    echo "BAD  a library resolves outside the prefix and the wheel, or not at all"; bad=1
+  else
+    echo "ok   every carried library resolves into the prefix or the wheel"
   fi
   [ -n "${GRADCOMP_HIDDEN_PATHS:-}" ] && echo "hidden: $GRADCOMP_HIDDEN_PATHS"
   return $bad

@@ -8,6 +8,7 @@ usage: python3 bench/gpu/optimizer_step.py [--steps N] [--specs a,b,...] [--back
 """
 import argparse
 import os
+import sys
 import time
 
 import torch
@@ -56,9 +57,12 @@ def main():
         ms = 1000 * elapsed / args.steps
         print(f"optimizer_step {spec}: {ms:.2f} ms/step, {params / 1e6:.1f}M params", flush=True)
         results.append(f"{spec} {ms:.1f} ms")
+    rank = hvd.rank()
     hvd.shutdown()
-    print(f"optimizer_step: {device.type}, backend {args.backend}, {params / 1e6:.1f}M params, " + ", ".join(results)
-          + " per step")
+    # One write per line: the ranks of an MPI run share the output.
+    sys.stdout.write(f"optimizer_step rank {rank}: {device.type}, backend {args.backend}, {params / 1e6:.1f}M params, "
+                     + ", ".join(results) + " per step\n")
+    sys.stdout.flush()
     return 0
 
 
