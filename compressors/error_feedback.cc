@@ -357,7 +357,7 @@ void ErrorFeedbackCompressor::check_state_size(std::string_view name, std::size_
 void ErrorFeedbackCompressor::decompress(std::span<const std::byte> bytes, const TensorView& out, DecodeMode mode) {
   check_float_dtype(out, name_, "decompress output");
   if (out.device().is_cuda()) {
-    decompress_cuda(bytes, out, mode);  // the whole payload, segmented or not (error_feedback_cuda_decode.cc)
+    decompress_cuda(std::span(&bytes, 1), out, mode);  // the whole payload, segmented or not
     return;
   }
   std::array<std::byte, payload::kHeaderBytes> prefix{};
@@ -388,6 +388,16 @@ void ErrorFeedbackCompressor::decompress(std::span<const std::byte> bytes, const
   for (const payload::Part& part : parts) {
     decompress_plain(bytes.subspan(part.offset, part.bytes), out.slice(part.element_offset, part.numel), mode);
   }
+}
+
+void ErrorFeedbackCompressor::decompress_sum(std::span<const std::span<const std::byte>> payloads,
+                                             const TensorView& out, DecodeMode first) {
+  if (out.device().is_cuda()) {
+    check_float_dtype(out, name_, "decompress output");
+    decompress_cuda(payloads, out, first);  // every payload checked before any is written, two waits in all
+    return;
+  }
+  Compressor::decompress_sum(payloads, out, first);
 }
 
 void ErrorFeedbackCompressor::decompress_plain(std::span<const std::byte> bytes, const TensorView& out,
@@ -426,7 +436,8 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
                                     ctx.name, grad.describe()));
 }
 
-void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::byte>, const TensorView& out, DecodeMode) {
+void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::span<const std::byte>>, const TensorView& out,
+                                              DecodeMode) {
   throw InvalidArgument(
       fmt::format("compressor '{}' has no CUDA path in this build (output is {})", name_, out.describe()));
 }

@@ -89,6 +89,8 @@ class ErrorFeedbackCompressor : public Compressor {
   std::size_t payload_bound(std::size_t numel, std::span<const TensorSegment> segments) const override;
   std::size_t compress(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx) override;
   void decompress(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode) override;
+  void decompress_sum(std::span<const std::span<const std::byte>> payloads, const TensorView& out,
+                      DecodeMode first) override;
   std::vector<std::byte> save_state() const override;
   void load_state(std::span<const std::byte> state) override;
   void reset_state() override;
@@ -130,10 +132,12 @@ class ErrorFeedbackCompressor : public Compressor {
   // payload is staged to the device for decode). Runs on grad.stream() / out.stream(); synchronizes that stream
   // once per segment (to learn the non-finite count and, for data-dependent sizes, the payload size).
   virtual std::size_t compress_cuda(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx);
-  // Decodes a payload (plain or segmented; device or host memory) into a CUDA tensor: every part is checked before
-  // any is written, with one host wait for a device payload's metadata and one for the device checks of all parts
+  // Decodes payloads of one tensor (plain or segmented; device or host memory) into a CUDA tensor, the first with
+  // `first`, the others accumulating: every part of every payload is checked before any is written, with one host
+  // wait for the device payloads' metadata and one for the device checks of all parts
   // (compressors/error_feedback_cuda_decode.cc). Returns with the decode queued on out.stream().
-  virtual void decompress_cuda(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode);
+  virtual void decompress_cuda(std::span<const std::span<const std::byte>> payloads, const TensorView& out,
+                               DecodeMode first);
 
   payload::CodecId codec() const { return codec_; }
   const Params& params() const { return params_; }

@@ -1,8 +1,9 @@
-// The CUDA decode of ErrorFeedbackCompressor: one payload, plain or segmented, in device or host memory, into a CUDA
-// tensor. The host waits at most twice whatever the number of parts: once for a device payload's metadata block
-// (every part's header, kernels/payload_meta.cuh; a host payload's is read on the host) and once for the device
-// checks of every part (CudaCodec::validate: indices, scales), which all run before any part is written, so a corrupt
-// part leaves the whole output untouched. The decode itself is left queued on the output's stream.
+// The CUDA decode of ErrorFeedbackCompressor: payloads of one tensor (one, or every rank's of a gathered buffer),
+// plain or segmented, in device or host memory, into a CUDA tensor. The host waits at most twice whatever the number
+// of payloads and parts: once for the device payloads' metadata blocks (every part's header, kernels/payload_meta.cuh;
+// a host payload's is read on the host) and once for the device checks of every part (CudaCodec::validate: indices,
+// scales), which all run before any part is written, so a corrupt part leaves the whole output untouched. The decode
+// itself is left queued on the output's stream.
 #include "gradcomp/config.h"
 
 #if GRADCOMP_WITH_CUDA
@@ -24,8 +25,9 @@ namespace {
 constexpr std::size_t kMetaCapacity = kernels::meta_block_bytes(kernels::kMaxMetaParts);
 constexpr std::size_t kCheckBytes = 16;  // per part: int flag, padding, u64 word
 
-// One part of the payload, its header checked on the host, its sections in device memory.
+// One part of a payload, its header checked on the host, its sections in device memory.
 struct PartPlan {
+  std::size_t payload = 0;  // which payload of the call
   payload::View view;
   std::size_t element_offset = 0;
   std::size_t numel = 0;
@@ -36,9 +38,10 @@ payload::Header header_at(const std::byte* lead, std::size_t bytes) {
   return payload::decode_header(std::span<const std::byte, payload::kHeaderBytes>(lead, payload::kHeaderBytes), bytes);
 }
 
-PartPlan plan_part(const payload::Header& header, const std::byte* device_part, const std::byte* lead,
-                   std::size_t element_offset, std::size_t numel) {
+PartPlan plan_part(std::size_t payload_index, const payload::Header& header, const std::byte* device_part,
+                   const std::byte* lead, std::size_t element_offset, std::size_t numel) {
   PartPlan part;
+  part.payload = payload_index;
   part.view.header = header;
   for (std::size_t i = 0; i < header.section_count; ++i) {
     part.view.sections[i] = std::span<const std::byte>(device_part + payload::section_offset(header, i),
@@ -73,87 +76,120 @@ const std::byte* read_large_meta(const std::byte* device_bytes, const payload::H
   return storage.data();
 }
 
+// Where one payload of the call is read from: device memory at a 16-byte aligned address, and its metadata block.
+struct Placed {
+  const std::byte* device = nullptr;
+  std::size_t size = 0;
+  const std::byte* meta = nullptr;
+  std::vector<std::byte> host_meta;  // a host payload's block, or a large segmented payload's
+};
+
+// Appends the parts of payload `index` (placed at `p`, `n` output elements, codec `codec` of compressor `name`) to
+// `parts`, every header checked.
+void plan_payload(std::size_t index, Placed& p, std::size_t n, payload::CodecId codec, std::string_view name,
+                  std::vector<PartPlan>& parts, cudaStream_t stream) {
+  const payload::Header header = header_at(p.meta, p.size);
+  GRADCOMP_CHECK_AS(CorruptPayload, header.codec == codec,
+                    "corrupt payload: codec {} ({}) where {} ({}) was expected", payload::codec_name(header.codec),
+                    static_cast<int>(header.codec), payload::codec_name(codec), static_cast<int>(codec));
+  GRADCOMP_CHECK_AS(CorruptPayload, header.numel == n,
+                    "corrupt payload: it holds {} elements but the output tensor has {}", header.numel, n);
+  if (!payload::is_segmented(header)) {
+    parts.push_back(plan_part(index, header, p.device, p.meta, 0, n));
+    return;
+  }
+  std::size_t count = kernels::meta_parts(reinterpret_cast<const unsigned char*>(p.meta), p.size, kMetaCapacity);
+  if (count == 0) {
+    p.meta = read_large_meta(p.device, header, p.size, p.host_meta, stream);
+    count = header.param0;
+  }
+  const auto table = std::span<const std::byte>(p.meta + kernels::kMetaLead, 16 * count);
+  const std::vector<payload::Part> layout = payload::parse_segmented(header, table, p.size);
+  const std::byte* leads = p.meta + kernels::kMetaLead + 16 * count;
+  for (std::size_t s = 0; s < layout.size(); ++s) {
+    const std::byte* lead = leads + s * kernels::kMetaLead;
+    const payload::Header part = header_at(lead, layout[s].bytes);
+    GRADCOMP_CHECK_AS(CorruptPayload,
+                      part.codec == codec && !payload::is_segmented(part) && part.dtype == header.dtype &&
+                          part.numel == layout[s].numel,
+                      "corrupt segmented payload: part {} of {} is codec {}, {}segmented, dtype {} over {} elements "
+                      "(expected '{}', not segmented, {} over {})",
+                      s, layout.size(), payload::codec_name(part.codec), payload::is_segmented(part) ? "" : "not ",
+                      dtype_name(part.dtype), part.numel, name, dtype_name(header.dtype), layout[s].numel);
+    parts.push_back(plan_part(index, part, p.device + layout[s].offset, lead, layout[s].element_offset,
+                              layout[s].numel));
+  }
+}
+
 }  // namespace
 
-void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::byte> bytes, const TensorView& out,
-                                              DecodeMode mode) {
+void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::span<const std::byte>> payloads,
+                                              const TensorView& out, DecodeMode first) {
   if (!cuda_) {
     cuda_ = std::make_unique<CudaPath>();
     cuda_->codec = make_cuda_codec(codec_, params_);
   }
   GRADCOMP_CHECK(cuda_->codec != nullptr, "compressor '{}' has no CUDA path (output is {})", name_, out.describe());
-  GRADCOMP_CHECK_AS(CorruptPayload, bytes.size() >= payload::kHeaderBytes,
-                    "corrupt payload: {} bytes is shorter than the {}-byte header", bytes.size(), payload::kHeaderBytes);
+  for (const auto& bytes : payloads) {
+    GRADCOMP_CHECK_AS(CorruptPayload, bytes.size() >= payload::kHeaderBytes,
+                      "corrupt payload: {} bytes is shorter than the {}-byte header", bytes.size(),
+                      payload::kHeaderBytes);
+  }
+  if (payloads.empty()) return;
   const int device = out.device().index;
   kernels::DeviceGuard guard(device);
   auto stream = static_cast<cudaStream_t>(out.stream());
   DeviceScratch& scratch = cuda_->scratch[device];
   const ScratchUse scratch_use(scratch, stream);
   CudaCodec& codec = *cuda_->codec;
-  const std::size_t n = out.numel(), size = bytes.size();
+  const std::size_t n = out.numel();
 
-  // 1. The payload in device memory at a 16-byte aligned address (its sections are loaded as int32 and float4), and
-  // its metadata block on the host.
-  const std::byte* device_bytes = bytes.data();
-  const std::byte* meta = nullptr;
-  std::vector<std::byte> host_meta(kernels::kMetaLead);
-  if (is_device_memory(bytes.data())) {
-    if (reinterpret_cast<std::uintptr_t>(bytes.data()) % payload::kSectionAlign != 0) {
-      scratch.staging.reserve(size);
-      GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(scratch.staging.data(), bytes.data(), size, cudaMemcpyDeviceToDevice,
-                                          stream));
-      device_bytes = scratch.staging.as<const std::byte>();
-    }
-    scratch.meta.reserve(kMetaCapacity);
-    kernels::launch_collect_payload_meta(device_bytes, size, scratch.meta.as<void>(), kMetaCapacity, stream);
-    kernels::synchronize_stream(stream);
-    meta = scratch.meta.as<const std::byte>();
-  } else {
-    scratch.staging.reserve(size);
-    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(scratch.staging.data(), bytes.data(), size, cudaMemcpyHostToDevice, stream));
-    device_bytes = scratch.staging.as<const std::byte>();
-    const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
-    host_meta.resize(kernels::meta_block_bytes(kernels::meta_parts(p, size, kMetaCapacity)));
-    std::vector<std::uint64_t> offsets(kernels::kMaxMetaParts);
-    kernels::collect_payload_meta_host(p, size, reinterpret_cast<unsigned char*>(host_meta.data()), kMetaCapacity,
-                                       offsets.data());
-    meta = host_meta.data();
+  // 1. Every payload in device memory at a 16-byte aligned address (sections are loaded as int32 and float4): a host
+  // payload, or a misaligned device one, is staged; and every metadata block on the host, with one wait for all the
+  // device payloads' (a host payload's is made on the host).
+  std::vector<Placed> placed(payloads.size());
+  std::vector<bool> on_device(payloads.size());
+  std::size_t staged = 0, device_count = 0;
+  for (std::size_t i = 0; i < payloads.size(); ++i) {
+    on_device[i] = is_device_memory(payloads[i].data());
+    const bool aligned = reinterpret_cast<std::uintptr_t>(payloads[i].data()) % payload::kSectionAlign == 0;
+    if (!on_device[i] || !aligned) staged += (payloads[i].size() + 255) / 256 * 256;
+    device_count += on_device[i] ? 1 : 0;
   }
+  if (staged > 0) scratch.staging.reserve(staged);
+  if (device_count > 0) scratch.meta.reserve(kMetaCapacity * payloads.size());
+  std::size_t staging_at = 0;
+  for (std::size_t i = 0; i < payloads.size(); ++i) {
+    const auto& bytes = payloads[i];
+    Placed& p = placed[i];
+    p.size = bytes.size();
+    p.device = bytes.data();
+    const bool aligned = reinterpret_cast<std::uintptr_t>(bytes.data()) % payload::kSectionAlign == 0;
+    if (!on_device[i] || !aligned) {
+      std::byte* to = scratch.staging.as<std::byte>() + staging_at;
+      staging_at += (bytes.size() + 255) / 256 * 256;
+      GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(to, bytes.data(), bytes.size(),
+                                          on_device[i] ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice, stream));
+      p.device = to;
+    }
+    if (on_device[i]) {
+      std::byte* block = scratch.meta.as<std::byte>() + kMetaCapacity * i;
+      kernels::launch_collect_payload_meta(p.device, p.size, block, kMetaCapacity, stream);
+      p.meta = block;
+    } else {
+      const auto* host = reinterpret_cast<const unsigned char*>(bytes.data());
+      p.host_meta.resize(kernels::meta_block_bytes(kernels::meta_parts(host, p.size, kMetaCapacity)));
+      std::vector<std::uint64_t> offsets(kernels::kMaxMetaParts);
+      kernels::collect_payload_meta_host(host, p.size, reinterpret_cast<unsigned char*>(p.host_meta.data()),
+                                         kMetaCapacity, offsets.data());
+      p.meta = p.host_meta.data();
+    }
+  }
+  if (device_count > 0) kernels::synchronize_stream(stream);
 
   // 2. Every part's header, checked on the host.
-  const payload::Header header = header_at(meta, size);
-  GRADCOMP_CHECK_AS(CorruptPayload, header.codec == codec_,
-                    "corrupt payload: codec {} ({}) where {} ({}) was expected", payload::codec_name(header.codec),
-                    static_cast<int>(header.codec), payload::codec_name(codec_), static_cast<int>(codec_));
-  GRADCOMP_CHECK_AS(CorruptPayload, header.numel == n,
-                    "corrupt payload: it holds {} elements but the output tensor has {}", header.numel, n);
   std::vector<PartPlan> parts;
-  if (!payload::is_segmented(header)) {
-    parts.push_back(plan_part(header, device_bytes, meta, 0, n));
-  } else {
-    std::size_t count = kernels::meta_parts(reinterpret_cast<const unsigned char*>(meta), size, kMetaCapacity);
-    std::vector<std::byte> large;
-    if (count == 0) {
-      meta = read_large_meta(device_bytes, header, size, large, stream);
-      count = header.param0;
-    }
-    const auto table = std::span<const std::byte>(meta + kernels::kMetaLead, 16 * count);
-    const std::vector<payload::Part> layout = payload::parse_segmented(header, table, size);
-    const std::byte* leads = meta + kernels::kMetaLead + 16 * count;
-    for (std::size_t s = 0; s < layout.size(); ++s) {
-      const std::byte* lead = leads + s * kernels::kMetaLead;
-      const payload::Header part = header_at(lead, layout[s].bytes);
-      GRADCOMP_CHECK_AS(CorruptPayload,
-                        part.codec == codec_ && !payload::is_segmented(part) && part.dtype == header.dtype &&
-                            part.numel == layout[s].numel,
-                        "corrupt segmented payload: part {} of {} is codec {}, {}segmented, dtype {} over {} elements "
-                        "(expected '{}', not segmented, {} over {})",
-                        s, layout.size(), payload::codec_name(part.codec), payload::is_segmented(part) ? "" : "not ",
-                        dtype_name(part.dtype), part.numel, name_, dtype_name(header.dtype), layout[s].numel);
-      parts.push_back(plan_part(part, device_bytes + layout[s].offset, lead, layout[s].element_offset,
-                                layout[s].numel));
-    }
-  }
+  for (std::size_t i = 0; i < placed.size(); ++i) plan_payload(i, placed[i], n, codec_, name_, parts, stream);
 
   // 3. The device checks of every part, then one wait for all their verdicts.
   std::size_t largest = 0;
@@ -171,7 +207,7 @@ void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::byte> bytes, 
     a.view = &parts[s].view;
     a.out = values + parts[s].element_offset;
     a.numel = parts[s].numel;
-    a.accumulate = mode == DecodeMode::kAccumulate;
+    a.accumulate = parts[s].payload > 0 || first == DecodeMode::kAccumulate;
     a.error_flag = reinterpret_cast<int*>(scratch.checks.as<std::byte>() + kCheckBytes * s);
     a.check_word = reinterpret_cast<std::uint64_t*>(scratch.checks.as<std::byte>() + kCheckBytes * s + 8);
     a.lead = parts[s].lead;
@@ -194,9 +230,9 @@ void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::byte> bytes, 
     }
   }
 
-  // 4. Every part into the output (through f32 for an f16/bf16 tensor).
+  // 4. Every part into the output, payload after payload (through f32 for an f16/bf16 tensor).
   const bool bf16 = out.dtype() == DType::kBF16;
-  if (half && mode == DecodeMode::kAccumulate) {
+  if (half && first == DecodeMode::kAccumulate) {
     kernels::launch_half_to_float(static_cast<const std::uint16_t*>(out.data()), values, n, bf16, stream);
   }
   for (CudaDecodeArgs& a : args) codec.decode(a);

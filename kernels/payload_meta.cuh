@@ -22,8 +22,8 @@
 namespace gradcomp::kernels {
 
 inline constexpr std::size_t kMetaLead = 96;
-// Parts whose leads one block gathers at most (the host reads the parts of larger payloads one by one).
-inline constexpr std::size_t kMaxMetaParts = 1024;
+// Parts whose leads one block gathers at most (57 KB; the host reads the parts of larger payloads one by one).
+inline constexpr std::size_t kMaxMetaParts = 512;
 inline constexpr std::uint16_t kMetaSegmentedFlag = 0x8000;  // payload::kSegmentedFlag
 
 // Bytes of the metadata block of a payload of `parts` parts (0 or 1 for a plain payload).

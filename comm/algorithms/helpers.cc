@@ -72,12 +72,13 @@ Bytes allgatherv_payloads(Call& call, const Bytes& payload, const std::vector<st
 
 void decode_in_rank_order(Call& call, std::span<const std::byte> all, std::span<const std::size_t> sizes,
                           const TensorView& sum) {
+  std::vector<std::span<const std::byte>> payloads;
   std::size_t offset = 0;
-  for (std::size_t r = 0; r < sizes.size(); ++r) {
-    call.compressor.decompress(all.subspan(offset, sizes[r]), sum,
-                               r == 0 ? DecodeMode::kOverwrite : DecodeMode::kAccumulate);
-    offset += padded_bytes(sizes[r]);
+  for (const std::size_t size : sizes) {
+    payloads.push_back(all.subspan(offset, size));
+    offset += padded_bytes(size);
   }
+  call.compressor.decompress_sum(payloads, sum, DecodeMode::kOverwrite);
 }
 
 float* f32_sum_buffer(Call& call, Bytes& holder) {

@@ -138,6 +138,13 @@ class Compressor {
   // corrupt one throws CorruptPayload and leaves `out` untouched.
   virtual void decompress(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode) = 0;
 
+  // Decodes several payloads of one tensor into `out`, in order: the first with `first`, the others accumulating;
+  // the result of decompress() of each in turn (the default does exactly that). A codec may check every payload
+  // before it writes any, and then waits for a device once for all of them instead of per payload (the CUDA path of
+  // the built-in codecs: a gathered buffer of n ranks' payloads costs two host waits, not 2n).
+  virtual void decompress_sum(std::span<const std::span<const std::byte>> payloads, const TensorView& out,
+                              DecodeMode first);
+
   // Serialized state of every tensor name (residuals, momenta, steps). load_state(save_state()) restores it so that
   // the next compress() is bit-identical to an uninterrupted run. load_state throws InvalidArgument for state of
   // another codec, and CorruptPayload for damaged bytes.

@@ -24,6 +24,13 @@ std::unique_ptr<RoundReduction> Compressor::begin_rounds(const TensorView& tenso
                                     spec(), describe_traits(traits()), ctx.name, ctx.rank));
 }
 
+void Compressor::decompress_sum(std::span<const std::span<const std::byte>> payloads, const TensorView& out,
+                                DecodeMode first) {
+  for (std::size_t i = 0; i < payloads.size(); ++i) {
+    decompress(payloads[i], out, i == 0 ? first : DecodeMode::kAccumulate);
+  }
+}
+
 std::size_t Compressor::payload_bound(std::size_t numel, std::span<const TensorSegment>) const {
   return max_payload_bytes(numel);
 }

@@ -18,6 +18,7 @@
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
 #include "kernels/half_ops.cuh"
+#include "kernels/usage_counters.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/gpu/parity_data.h"
 
@@ -235,6 +236,50 @@ TEST_P(Parity, StateRoundTripsBetweenGpuAndCpu) {
   // And the GPU instance itself, after its state was read back, continues on the CPU identically too.
   const auto c = compress_to_vector(*gpu, TensorView::of(std::span<const float>(values)), ctx);
   EXPECT_EQ(c, b) << GetParam();
+}
+
+// Every rank's payload of a gathered buffer in one decompress_sum: a device payload at an aligned address, one at an
+// address 2 mod 16 (an odd top-k f16 payload puts the next one there), one in host memory. The sum equals the CPU's
+// decode of each in turn, the host waits at most twice, and a corrupt last payload leaves the output untouched.
+TEST_P(Parity, SumOfPayloadsMatchesTheCpu) {
+  const std::size_t n = 30011;
+  std::vector<std::vector<std::byte>> payloads;
+  for (unsigned rank = 0; rank < 3; ++rank) {
+    const auto values = parity::random_values(n, 31 + rank);
+    CompressContext ctx;
+    ctx.name = "t";
+    ctx.prescale = 0.5f;
+    auto encoder = make_compressor(GetParam());
+    payloads.push_back(compress_to_vector(*encoder, TensorView::of(std::span<const float>(values)), ctx));
+  }
+  auto cpu = make_compressor(GetParam());
+  std::vector<float> expected(n, 0.0f);
+  for (std::size_t r = 0; r < payloads.size(); ++r) {
+    cpu->decompress(payloads[r], TensorView::of(std::span<float>(expected)),
+                    r == 0 ? DecodeMode::kOverwrite : DecodeMode::kAccumulate);
+  }
+  const std::size_t at1 = (payloads[0].size() + 15) / 16 * 16 + 2;
+  std::vector<std::byte> gathered(at1 + payloads[1].size());
+  std::memcpy(gathered.data(), payloads[0].data(), payloads[0].size());
+  std::memcpy(gathered.data() + at1, payloads[1].data(), payloads[1].size());
+  DeviceArray<std::byte> device(gathered);
+  std::vector<std::span<const std::byte>> spans = {{device.data(), payloads[0].size()},
+                                                   {device.data() + at1, payloads[1].size()},
+                                                   payloads[2]};
+  auto gpu = make_compressor(GetParam());
+  DeviceArray<float> out(std::vector<float>(n, 7.0f));
+  const TensorView view(out.data(), n, DType::kF32, Device::cuda(0));
+  const std::size_t waits_before = kernels::thread_usage().synchronizations;
+  gpu->decompress_sum(spans, view, DecodeMode::kOverwrite);
+  EXPECT_LE(kernels::thread_usage().synchronizations - waits_before, 2u) << GetParam();
+  const auto got = out.download();
+  ASSERT_EQ(std::memcmp(got.data(), expected.data(), n * sizeof(float)), 0) << GetParam();
+
+  // The last payload one byte short: CorruptPayload before any payload is written.
+  std::vector<float> before = got;
+  spans[2] = spans[2].first(spans[2].size() - 1);
+  EXPECT_THROW(gpu->decompress_sum(spans, view, DecodeMode::kAccumulate), CorruptPayload) << GetParam();
+  EXPECT_EQ(out.download(), before) << GetParam() << ": a corrupt payload wrote into the output";
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, Parity, ::testing::ValuesIn(parity::specs()), parity::test_name);
