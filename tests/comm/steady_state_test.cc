@@ -24,10 +24,14 @@ struct Case {
   // Waits of the algorithm per call: before a communicator reads device buffers, for a count read back (the sparse
   // union, a summable payload's header), and the one at the end of the call.
   std::size_t synchronizations;
+  // Rank-ordered f32 sums per call (ordered_sum_f32: the rounds of PowerSGD, the sparse algorithm's dense switch):
+  // with more than one rank each waits twice more (before its alltoallv and before its allgatherv).
+  std::size_t ordered_sums = 0;
 };
 
 void run_steady(const Case& c, int ranks) {
   const std::size_t numel = 20000;
+  const std::size_t waits = c.synchronizations + (ranks > 1 ? 2 * c.ordered_sums : 0);
   testing::run_ranks(ranks, [&](Communicator& comm) {
     auto codec = make_compressor(c.spec);
     const std::vector<TensorSegment> segments = {
@@ -50,7 +54,7 @@ void run_steady(const Case& c, int ranks) {
     }
     for (std::size_t s = 1; s < stats.size(); ++s) {
       EXPECT_EQ(stats[s].allocations, 0u) << "step " << s << " rank " << comm.rank();
-      EXPECT_EQ(stats[s].synchronizations, c.synchronizations) << "step " << s << " rank " << comm.rank();
+      EXPECT_EQ(stats[s].synchronizations, waits) << "step " << s << " rank " << comm.rank();
     }
   });
 }
@@ -67,7 +71,7 @@ TEST(SteadyState, NoAllocationAndFixedWaitsPerAlgorithm) {
       {"qsgd:bits=4", AllreduceAlgorithm::kScatterReduceAllgather, false, 3},  // before alltoallv and gather, end
       {"onebit", AllreduceAlgorithm::kScatterReduceAllgather, true, 3},
       {"terngrad", AllreduceAlgorithm::kAllgather, false, 2},
-      {"powersgd:rank=2", AllreduceAlgorithm::kRounds, true, 3},            // before each of two rounds, end
+      {"powersgd:rank=2", AllreduceAlgorithm::kRounds, true, 1, 2},         // end; two rounds, each an ordered sum
   };
   for (const Case& c : cases) {
     for (const int ranks : {1, 3}) {
@@ -79,8 +83,8 @@ TEST(SteadyState, NoAllocationAndFixedWaitsPerAlgorithm) {
 }
 
 TEST(SteadyState, TheDenseSwitchStaysAllocationFree) {
-  // topk at 60% density: the sparse algorithm switches to the dense f32 allreduce (no gather, no union count).
-  run_steady({"topk:ratio=0.6", AllreduceAlgorithm::kSparseAllreduce, false, 1}, 3);
+  // topk at 60% density: the sparse algorithm switches to the rank-ordered f32 sum (no gather, no union count).
+  run_steady({"topk:ratio=0.6", AllreduceAlgorithm::kSparseAllreduce, false, 1, 1}, 3);
 }
 
 }  // namespace
