@@ -19,13 +19,22 @@ echo "[pip-install] copying the working tree's files (no build folders) to $scra
 
 /usr/bin/python3 -m venv --system-site-packages "$scratch/venv"
 if ! "$scratch/venv/bin/pip" download -q --disable-pip-version-check --no-deps -d "$scratch/probe" nanobind \
+    scikit-build-core \
     >"$scratch/probe.log" 2>&1; then
-  echo "[pip-install] skipped: PyPI is not reachable (pip download nanobind failed):"; tail -3 "$scratch/probe.log"
+  echo "[pip-install] skipped: PyPI is not reachable (pip download of nanobind and scikit-build-core failed):"; tail -3 "$scratch/probe.log"
   exit 77
 fi
 echo "[pip-install] pip install $scratch/src/python (log: $scratch/pip.log)"
 start=$(date +%s)
 if ! "$scratch/venv/bin/pip" install --disable-pip-version-check -v "$scratch/src/python" >"$scratch/pip.log" 2>&1; then
+  # pip that could not fetch the build requirements (network) before building anything: skipped, as without PyPI.
+  if ! grep -q "Building wheel for gradcomp" "$scratch/pip.log" \
+      && grep -qE "Could not find a version|ConnectionError|NewConnectionError|Read timed out|HTTPSConnectionPool|\
+No matching distribution" "$scratch/pip.log"; then
+    echo "[pip-install] skipped: pip could not fetch the build requirements from PyPI:"
+    grep -m 3 -E "Could not find|Connection|timed out|No matching" "$scratch/pip.log" | cut -c1-300
+    exit 77
+  fi
   # The first error lines come first: a CI log keeps the start of a failing test's output.
   echo "[pip-install] FAILED: pip install ./python after $(( $(date +%s) - start )) s; first errors:"
   grep -m 12 -E "error:|ERROR|CMake Error|fatal|No space|Killed|timed out|[Cc]ould not|[Cc]annot|Traceback" "$scratch/pip.log" | cut -c1-300 || true
