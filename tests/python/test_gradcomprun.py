@@ -139,3 +139,27 @@ def test_refused_host_is_named():
         r = subprocess.run(RUN + ["-np", "1", "-H", "127.0.0.3:1", "-p", str(port), "--start-timeout", "5",
                                   sys.executable, "-c", "pass"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "127.0.0.3" in r.stderr and "unreachable" in r.stderr
+
+
+def test_elastic_survives_a_lost_node(tmp_path):
+    """gradcomprun --min-np 2 --max-np 3 --host-discovery-script: three torchrun agents on this machine train
+    elastic_train.py (top-k with error feedback); rank 2's node (agent and worker) dies inside its allreduce at step 3;
+    the two survivors re-form, resume the last commit and finish every step with identical parameters."""
+    import json
+    out = tmp_path / "out"
+    out.mkdir()
+    discovery = tmp_path / "hosts.sh"
+    discovery.write_text("#!/bin/sh\necho localhost:3\n")
+    discovery.chmod(0o755)
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic_train.py")
+    env = dict(os.environ, GRADCOMP_ELASTIC_DIR=str(out / "commits"), OMP_NUM_THREADS="1")
+    r = subprocess.run(RUN + ["--min-np", "2", "--max-np", "3", "--host-discovery-script", str(discovery),
+                              "--timeout", "200", sys.executable, script, "--steps", "8", "--out", str(out),
+                              "--kill", "2:3:allreduce", "--kill-agent"],
+                       capture_output=True, text=True, timeout=240, env=env)
+    logs = r.stdout + r.stderr
+    assert r.returncode == 0, logs
+    finals = [json.loads(p.read_text()) for p in sorted(out.glob("final-*.json"))]
+    assert sorted(d["rank"] for d in finals) == [0, 1], logs
+    assert all(d["size"] == 2 and d["step"] == 8 for d in finals), (finals, logs)
+    assert len({d["digest"] for d in finals}) == 1 and "resumed commit" in logs, (finals, logs)

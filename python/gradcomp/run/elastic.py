@@ -33,7 +33,7 @@ def agent_command(a, endpoint, job_id, log_dir):
     return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={a.min_np}:{a.max_np}", "--nproc_per_node=1",
             f"--max_restarts={a.reset_limit}", "--rdzv_backend=c10d", f"--rdzv_endpoint={endpoint}",
             f"--rdzv_id={job_id}", f"--rdzv_conf=is_host=false,last_call_timeout=1,join_timeout={int(a.elastic_timeout)}",
-            "--monitor_interval=0.5", "--redirects=1", "--tee=3", f"--log_dir={log_dir}"] + list(a.command)
+            "--monitor_interval=0.5", "--redirects=1", "--tee=1", f"--log_dir={log_dir}", "--no_python"] + list(a.command)
 
 
 def launch(a):
@@ -52,8 +52,13 @@ def launch(a):
     env = {k: v for k, v in env.items() if not k.startswith(("OMPI_", "PMI_", "PMIX_"))}
     agents = {}  # (host, slot) -> Popen
     next_check = 0.0
+    deadline = time.monotonic() + a.timeout if a.timeout > 0 else None
     try:
         while True:
+            if deadline is not None and time.monotonic() > deadline:
+                print(f"gradcomprun: the job ran past --timeout {a.timeout:g} s; stopping it", flush=True)
+                stop(list(agents.values()))
+                return 124
             if time.monotonic() >= next_check:
                 next_check = time.monotonic() + _DISCOVERY_PERIOD_S
                 for host, slots in discover(a):
