@@ -25,8 +25,8 @@ def check(what, got, want):
         failures.append(f"{what}: got {got!r} want {want!r}")
 
 
-def collectives(tag):
-    """The calls; `tag` says eager or tf.function (wrap() applies)."""
+def collectives(tag, wrap):
+    """The calls, each run through wrap(fn): directly, or traced into a tf.function."""
     ranks = np.arange(n)
     for dt in (tf.float32, tf.float16, tf.bfloat16, tf.float64, tf.int32, tf.int64):
         x = tf.cast(tf.constant([1, 2, 3]) * (r + 1), dt)
@@ -60,13 +60,8 @@ def collectives(tag):
     check(f"{tag} sparse indices", s.indices.numpy(), ranks.astype(np.int32))
 
 
-def wrap(fn):
-    return fn()
-
-
-collectives("eager")
-wrap = tf.function(lambda fn: fn())  # noqa: E731  (each call traced into a graph: py_function nodes)
-collectives("tf.function")
+collectives("eager", lambda fn: fn())
+collectives("tf.function", tf.function(lambda fn: fn()))  # each call traced into a graph: py_function nodes
 
 # Gradient of an allreduce: the allreduce of the gradient.
 x = tf.Variable([1.0, 2.0])

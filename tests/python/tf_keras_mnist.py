@@ -19,7 +19,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import gradcomp.tensorflow.keras as hvd  # noqa: E402
-from tf_data import load_data  # noqa: E402
+from tf_data import compression as pick_compression, small_cnn, train_dataset, weights_equal_to_root  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--compression", default="none", choices=("none", "fp16", "topk"))
@@ -31,23 +31,11 @@ parser.add_argument("--backward-passes-per-step", type=int, default=1)
 def main(args, ckpt_dir):
     hvd.init()
     tf.random.set_seed(hvd.rank())
-    (mnist_images, mnist_labels), _ = load_data(train_samples=20000)
-    dataset = tf.data.Dataset.from_tensor_slices(
-        (tf.cast(mnist_images[..., tf.newaxis] / 255.0, tf.float32), tf.cast(mnist_labels, tf.int64)))
-    dataset = dataset.shard(hvd.size(), hvd.rank()).repeat().shuffle(10000, seed=hvd.rank()).batch(64)
-
-    mnist_model = tf.keras.Sequential([
-        tf.keras.Input((28, 28, 1)),
-        tf.keras.layers.Conv2D(8, [3, 3], activation="relu"),
-        tf.keras.layers.MaxPooling2D(pool_size=(2, 2)),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(64, activation="relu"),
-        tf.keras.layers.Dense(10, activation="softmax"),
-    ])
+    dataset = train_dataset(hvd.rank(), hvd.size())
+    mnist_model = small_cnn()
     scaled_lr = 0.001 * hvd.size()
     opt = tf.keras.optimizers.Adam(scaled_lr)
-    compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16,
-                   "topk": hvd.Compression.topk(0.1)}[args.compression]
+    compression = pick_compression(hvd, args.compression)
     opt = hvd.DistributedOptimizer(opt, backward_passes_per_step=args.backward_passes_per_step,
                                    average_aggregated_gradients=True, compression=compression)
     mnist_model.compile(loss=tf.keras.losses.SparseCategoricalCrossentropy(), optimizer=opt, metrics=["accuracy"])
@@ -69,9 +57,8 @@ def check(model, losses, ckpt_dir, epochs):
     """Loss falls (last epoch below 60% of the first; the epoch losses are averaged over ranks by
     MetricAverageCallback), every rank holds rank 0's weights, and rank 0's last checkpoint loads back through
     hvd.load_model with a DistributedOptimizer carrying the saved optimizer state."""
-    flat = np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
-    root = hvd.broadcast(tf.constant(flat), 0).numpy()
-    ok = losses[-1] < 0.6 * losses[0] and np.array_equal(flat, root)
+    equal = weights_equal_to_root(hvd, model)
+    ok = losses[-1] < 0.6 * losses[0] and equal
     if hvd.rank() == 0:
         loaded = hvd.load_model(os.path.join(ckpt_dir, f"checkpoint-{epochs}.keras"))
         same = all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(loaded.variables, model.variables))
@@ -81,7 +68,7 @@ def check(model, losses, ckpt_dir, epochs):
               f"iterations {it}", flush=True)
         ok = ok and same and wrapped and it == int(model.optimizer.iterations.numpy())
     print(f"rank {hvd.rank()}/{hvd.size()}: loss {losses[0]:.4f} -> {losses[-1]:.4f}, weights equal to rank 0's: "
-          f"{np.array_equal(flat, root)} -> {'OK' if ok else 'FAILED'}", flush=True)
+          f"{equal} -> {'OK' if ok else 'FAILED'}", flush=True)
     return ok
 
 

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import gradcomp.tensorflow as hvd  # noqa: E402
-from tf_data import load_data  # noqa: E402
+from tf_data import compression as pick_compression, small_cnn, train_dataset, weights_equal_to_root  # noqa: E402
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--compression", default="none", choices=("none", "fp16", "topk"))
@@ -27,23 +27,11 @@ parser.add_argument("--lr", type=float, default=0.001)
 def main(args):
     hvd.init()
     tf.random.set_seed(hvd.rank())  # different initial weights per rank: the broadcast must make them equal
-    (mnist_images, mnist_labels), _ = load_data(train_samples=20000)
-    dataset = tf.data.Dataset.from_tensor_slices(
-        (tf.cast(mnist_images[..., tf.newaxis] / 255.0, tf.float32), tf.cast(mnist_labels, tf.int64)))
-    dataset = dataset.shard(hvd.size(), hvd.rank()).repeat().shuffle(10000, seed=hvd.rank()).batch(64)
-
-    mnist_model = tf.keras.Sequential([
-        tf.keras.Input((28, 28, 1)),
-        tf.keras.layers.Conv2D(8, [3, 3], activation="relu"),
-        tf.keras.layers.MaxPooling2D(pool_size=(2, 2)),
-        tf.keras.layers.Flatten(),
-        tf.keras.layers.Dense(64, activation="relu"),
-        tf.keras.layers.Dense(10, activation="softmax"),
-    ])
+    dataset = train_dataset(hvd.rank(), hvd.size())
+    mnist_model = small_cnn()
     loss = tf.keras.losses.SparseCategoricalCrossentropy()
     opt = tf.keras.optimizers.Adam(args.lr * hvd.size())
-    compression = {"none": hvd.Compression.none, "fp16": hvd.Compression.fp16,
-                   "topk": hvd.Compression.topk(0.1)}[args.compression]
+    compression = pick_compression(hvd, args.compression)
 
     @tf.function
     def training_step(images, labels, first_batch):
@@ -71,11 +59,10 @@ def check(model, losses):
     """Loss falls (the last tenth's mean below 60% of the first tenth's) and every rank holds rank 0's weights."""
     k = max(len(losses) // 10, 1)
     first, last = np.mean(losses[:k]), np.mean(losses[-k:])
-    flat = np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
-    root = hvd.broadcast(tf.constant(flat), 0).numpy()
-    ok = last < 0.6 * first and np.array_equal(flat, root)
-    print(f"rank {hvd.rank()}/{hvd.size()}: loss {first:.4f} -> {last:.4f}, weights equal to rank 0's: "
-          f"{np.array_equal(flat, root)} -> {'OK' if ok else 'FAILED'}", flush=True)
+    equal = weights_equal_to_root(hvd, model)
+    ok = last < 0.6 * first and equal
+    print(f"rank {hvd.rank()}/{hvd.size()}: loss {first:.4f} -> {last:.4f}, weights equal to rank 0's: {equal} -> "
+          f"{'OK' if ok else 'FAILED'}", flush=True)
     return ok
 
 

@@ -44,7 +44,7 @@ def launch(a):
     with socket.socket() as s:
         s.bind(("", 0))
         port = s.getsockname()[1]
-    store = dist.TCPStore("0.0.0.0", port, None, True, wait_for_workers=False)  # noqa: F841 (lives with the job)
+    store = dist.TCPStore("0.0.0.0", port, None, True, wait_for_workers=False)  # the rendezvous; lives with the job
     endpoint = f"{socket.gethostname()}:{port}"
     job_id = f"gradcomprun-{os.getpid()}"
     log_dir = tempfile.mkdtemp(prefix="gradcomprun-elastic-")
@@ -83,3 +83,5 @@ def launch(a):
     except KeyboardInterrupt:
         stop(list(agents.values()))
         return 130
+    finally:
+        del store

@@ -1,8 +1,6 @@
 """gradcomp.tensorflow's process context: the backend init() chose, the C++ communicators and runtime it made, rank
 and size, the reduce ops and the owner scopes. Every other module of the package reads it; it imports none of them
 and no TensorFlow."""
-import os
-
 from .._compressors import InvalidArgument
 
 # Reduction ops, as in horovod.tensorflow (the same strings as gradcomp.torch's).
@@ -39,12 +37,6 @@ def new_scope(kind):
     return scope
 
 
-def env_int(*names, default=None):
-    for n in names:
-        v = os.environ.get(n)
-        if v is not None and v != "":
-            return int(v)
-    return default
 
 
 def require_init():
@@ -72,24 +64,18 @@ def is_initialized():
     return _ctx.backend is not None
 
 
-def rank():
-    require_init()
-    return _ctx.rank
+def _reader(field, doc):
+    def read():
+        require_init()
+        return getattr(_ctx, field)
+    read.__name__, read.__doc__ = field, doc
+    return read
 
 
-def size():
-    require_init()
-    return _ctx.size
-
-
-def local_rank():
-    require_init()
-    return _ctx.local_rank
-
-
-def local_size():
-    require_init()
-    return _ctx.local_size
+rank = _reader("rank", "This process's rank in the job.")
+size = _reader("size", "The number of ranks.")
+local_rank = _reader("local_rank", "This process's rank on its host.")
+local_size = _reader("local_size", "The number of ranks on this host.")
 
 
 def cross_rank():

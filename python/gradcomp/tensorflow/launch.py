@@ -7,7 +7,8 @@ import os
 from .. import _gradcomp as _C
 from .._compressors import InvalidArgument
 from .._gradcomp import CommError
-from .context import _ctx, env_int
+from .._env import env_int
+from .context import _ctx
 
 _BACKENDS = ("runtime", "mpi", "torch")
 
