@@ -89,7 +89,9 @@ def test_check_build():
     assert "topk" in r.stdout
 
 
-PRINT_RANK = "import os; print('rank', os.environ.get('RANK') or os.environ['OMPI_COMM_WORLD_RANK'], flush=True)"
+# One write per line (print() may write its pieces apart when stdout is unbuffered, interleaving the ranks').
+PRINT_RANK = ("import os; os.write(1, ('rank %s\\n' % (os.environ.get('RANK') or "
+              "os.environ['OMPI_COMM_WORLD_RANK'])).encode())")
 
 
 @pytest.mark.parametrize("launcher", [[], ["--gloo"]])
@@ -101,8 +103,9 @@ def test_two_rank_launch(launcher):
 
 
 def test_gloo_launch_runs_torch_distributed():
-    code = ("import gradcomp.torch as hvd, torch; hvd.init(); "
-            "print('sum', hvd.allreduce(torch.ones(1) * hvd.rank(), op=hvd.Sum).item(), hvd.backend(), flush=True)")
+    code = ("import os, gradcomp.torch as hvd, torch; hvd.init(); "
+            "os.write(1, ('sum %s %s\\n' % (hvd.allreduce(torch.ones(1) * hvd.rank(), op=hvd.Sum).item(), "
+            "hvd.backend())).encode())")
     r = subprocess.run(RUN + ["--gloo", "-np", "2", sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
