@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The TF-binding overhead figure of docs/tensorflow.md: step_overhead.py for torch and tf on the same 25M-parameter
 # MLP, 4 ranks (mpirun, the runtime backend), codec `none`, then the ratio tf / torch of the median step times.
-# usage: bench/tensorflow/run_overhead.sh [BUILD_DIR] [RANKS]   (run on an idle machine; ~3 minutes)
+# usage: bench/tensorflow/run_overhead.sh [BUILD_DIR] [RANKS]   (run on an idle machine; ~3 minutes; OMP_NUM_THREADS sets the compute threads of both, default 1)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build} ranks=${2:-4}

@@ -1,7 +1,8 @@
 """Step time of the same 25M-parameter MLP (784-2048-4096-3072-768-10, float32, SGD, synthetic batch) trained through
 gradcomp.tensorflow (DistributedGradientTape in a tf.function) or gradcomp.torch (DistributedOptimizer), on the
 backend init() picks under mpirun (the fusion runtime), codec `none` by default. Rank 0 prints one JSON line: the
-framework, ranks, median and mean step seconds over --steps after --warmup. The issue's target: tf / torch <= 1.15
+framework, ranks, median and mean step seconds over --steps after --warmup; both frameworks compute with --threads
+threads per rank. The issue's target: tf / torch <= 1.15
 at 4 ranks (run both on an idle machine; bench/tensorflow/run_overhead.sh does).
 
     mpirun -np 4 .venv-tf/bin/python bench/tensorflow/step_overhead.py --framework tf
@@ -22,6 +23,8 @@ def run_tf(a):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
     import gradcomp.tensorflow as hvd
+    tf.config.threading.set_intra_op_parallelism_threads(a.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(a.threads)
     hvd.init()
     tf.random.set_seed(0)
     layers = [tf.keras.Input((SIZES[0],))] + [tf.keras.layers.Dense(s, activation="relu") for s in SIZES[1:-1]] + \
@@ -51,6 +54,7 @@ def run_tf(a):
 def run_torch(a):
     import torch
     import gradcomp.torch as hvd
+    torch.set_num_threads(a.threads)
     hvd.init()
     torch.manual_seed(0)
     mods = []
@@ -78,6 +82,9 @@ def main():
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")),
+                   help="compute threads per rank, the same for both frameworks (TensorFlow's intra- and inter-op "
+                        "pools, torch.set_num_threads); default $OMP_NUM_THREADS or 1")
     a = p.parse_args()
     hvd, one, params = (run_tf if a.framework == "tf" else run_torch)(a)
     for _ in range(a.warmup):
@@ -89,7 +96,7 @@ def main():
         times.append(time.perf_counter() - t)
     if hvd.rank() == 0:
         print(json.dumps({"framework": a.framework, "backend": hvd.backend(), "ranks": hvd.size(), "params": params,
-                          "compression": a.compression, "batch": a.batch, "median_step_s": statistics.median(times),
+                          "compression": a.compression, "batch": a.batch, "threads": a.threads, "median_step_s": statistics.median(times),
                           "mean_step_s": statistics.fmean(times)}), flush=True)
 
 
