@@ -8,13 +8,13 @@ function(gradcomp_add_tf_test name)
                        TIMEOUT ${ARG_TIMEOUT} PROCESSORS ${ARG_PROCESSORS} SKIP_RETURN_CODE 77)
 endfunction()
 
-gradcomp_add_tf_test(collectives_runtime_np2 ARGS --np 2 tf_collectives_check.py TIMEOUT 240 PROCESSORS 2)
-gradcomp_add_tf_test(collectives_mpi_np4 ARGS --np 4 tf_collectives_check.py TIMEOUT 300 PROCESSORS 4
+gradcomp_add_tf_test(collectives_runtime_np2 ARGS --np 2 tf_collectives_check.py TIMEOUT 360 PROCESSORS 2)
+gradcomp_add_tf_test(collectives_mpi_np4 ARGS --np 4 tf_collectives_check.py TIMEOUT 480 PROCESSORS 4
                      ENV GRADCOMP_BACKEND=mpi)
-gradcomp_add_tf_test(mnist_topk_np2 ARGS --np 2 tf_mnist.py --compression topk TIMEOUT 300 PROCESSORS 2)
-gradcomp_add_tf_test(keras_mnist_fp16_np2 ARGS --np 2 tf_keras_mnist.py --compression fp16 TIMEOUT 300 PROCESSORS 2)
+gradcomp_add_tf_test(mnist_topk_np2 ARGS --np 2 tf_mnist.py --compression topk TIMEOUT 480 PROCESSORS 2)
+gradcomp_add_tf_test(keras_mnist_fp16_np2 ARGS --np 2 tf_keras_mnist.py --compression fp16 TIMEOUT 480 PROCESSORS 2)
 gradcomp_add_tf_test(keras_mnist_gradcomprun_np2 ARGS --gradcomprun "-np 2 -H localhost:2" tf_keras_mnist.py
-                     --epochs 3 TIMEOUT 300 PROCESSORS 2)
+                     --epochs 3 TIMEOUT 480 PROCESSORS 2)
 gradcomp_add_tf_test(keras_mnist_gloo_np2 ARGS --gradcomprun "--gloo -np 2" tf_keras_mnist.py --epochs 3
-                     --backward-passes-per-step 2 TIMEOUT 300 PROCESSORS 2)
-gradcomp_add_pytest(test_gradcomprun.py TIMEOUT 180)
+                     --backward-passes-per-step 2 TIMEOUT 480 PROCESSORS 2)
+gradcomp_add_pytest(test_gradcomprun.py TIMEOUT 360)

@@ -20,7 +20,7 @@ from tf_data import compression as pick_compression, small_cnn, train_dataset, w
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--compression", default="none", choices=("none", "fp16", "topk"))
-parser.add_argument("--steps", type=int, default=240)
+parser.add_argument("--steps", type=int, default=160)
 parser.add_argument("--lr", type=float, default=0.001)
 
 
