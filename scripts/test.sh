@@ -47,6 +47,12 @@ if [ $sanitize -eq 0 ] && { [ -z "$label" ] || [ "$label" = python ]; } && [ "${
   gradcomp_install_spark
 fi
 
+# TensorFlow (its own venv, .venv-tf) for gradcomp.tensorflow's tests (label python; skipped without it).
+if [ $sanitize -eq 0 ] && { [ -z "$label" ] || [ "$label" = python ]; } && [ "${GRADCOMP_TF_DEPS:-1}" != 0 ]; then
+  source scripts/tf-deps.sh
+  gradcomp_install_tf
+fi
+
 if [ $sanitize -eq 1 ]; then
   build_dir=${build_dir:-build-sanitize}
   cmake_flags=(-DGRADCOMP_WERROR=ON -DGRADCOMP_SANITIZE=ON -DGRADCOMP_WITH_CUDA=OFF -DGRADCOMP_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo)
