@@ -50,7 +50,7 @@ run() {
   shift
   local start=$SECONDS log=$out/last-run.log
   echo "[sim] $tags ($np ranks)" >&2
-  if ! env "${envs[@]}" smpirun -np "$np" -platform "$platform" -hostfile "${platform%.xml}.hosts" \
+  if ! env "${envs[@]}" "$ROOT/bench/sim/tmpfs.sh" smpirun -np "$np" -platform "$platform" -hostfile "${platform%.xml}.hosts" \
       "$build/allreduce_perf.so" "${smpi_common[@]}" "$@" --json >"$log" 2>&1; then
     echo "[sim] failed: $tags" >&2; tail -20 "$log" >&2; return 1
   fi

@@ -5,7 +5,10 @@
 
 #include "bench/sim/sim_modeled_codec.h"
 
-int allreduce_perf_main(int argc, char** argv);  // bench/comm/perf/allreduce_perf.cc, renamed by bench/sim/CMakeLists
+int allreduce_perf_main(int argc, char** argv);
+namespace gradcomp::sim {
+void stop_freeing();  // sim_shims.cc
+}  // bench/comm/perf/allreduce_perf.cc, renamed by bench/sim/CMakeLists
 
 int main(int argc, char** argv) {
   int provided = 0;
@@ -13,5 +16,6 @@ int main(int argc, char** argv) {
   gradcomp::sim::register_modeled_codecs();
   const int rc = allreduce_perf_main(argc, argv);
   MPI_Finalize();
+  gradcomp::sim::stop_freeing();
   return rc;
 }

@@ -63,8 +63,8 @@ class ModeledCodec final : public Compressor {
     return payload::total_bytes(summable_header(numel));
   }
 
-  // Writes only the 64-byte header of a payload the size of the real codec's (its bound: exact for these codecs
-  // after DGC's warm-up) and charges one pass; the body is whatever the (shared) buffer holds.
+  // Charges one pass and writes only the 64-byte header of a payload the size of the real codec's (its bound:
+  // exact for these codecs after DGC's warm-up); the body is whatever the (folded) buffer holds.
   std::size_t compress(const TensorView& grad, std::span<std::byte> out, const CompressContext&) override {
     const std::size_t numel = grad.numel();
     payload::Header header = summable_header(numel);
@@ -75,8 +75,10 @@ class ModeledCodec final : public Compressor {
     }
     const std::size_t size = payload::total_bytes(header);
     GRADCOMP_CHECK(out.size() >= size, "{}: payload buffer of {} bytes, need {}", name_, out.size(), size);
-    payload::encode_header(header, out.first<payload::kHeaderBytes>());
+    // Charged before the header is written: charging yields to the other simulated ranks, whose writes to their
+    // folded buffers land in the same memory, and the dense algorithm reads the header back right after this call.
     charge(numel, 1, gbps_);
+    payload::encode_header(header, out.first<payload::kHeaderBytes>());
     stats_.numel = numel;
     stats_.payload_bytes = size;
     return size;

@@ -15,16 +15,18 @@
 //     when the status is MPI_STATUS_IGNORE, so the ring (comm/mpi/mpi_ring.cc), which tests a receive that its
 //     blocking wait already completed, waited forever.
 //   - operator new/delete: allocations of at least GRADCOMP_SIM_SHARED_BYTES bytes (unset or 0: none) come from
-//     SMPI_SHARED_MALLOC, one folded block of memory that every rank shares (see docs/scaling.md: contents are
-//     garbage, which only the modeled codecs of sim_modeled_codec.cc may be run on). This is what lets 1,024 ranks
-//     of 100 MB gradients fit in memory.
-//   - With those folded buffers on: memcpy/memmove into a folded buffer of at least that size do nothing (their bytes
+//     SMPI's shared malloc: past their first 256 KiB (kept private, for the small collectives a communicator runs
+//     in a reused large buffer), one folded block of memory that every rank shares (see docs/scaling.md: contents
+//     are garbage, which only the modeled codecs of sim_modeled_codec.cc may be run on). This is what lets 1,024
+//     ranks of 100 MB gradients fit in memory.
+//   - With those folded buffers on: memcpy/memmove/memset into a folded buffer of at least that size do nothing (their bytes
 //     are garbage either way, as SMPI skips copying messages between folded buffers), and the harness's
 //     fill_gradient() leaves a folded gradient as it is. Without them 1,024 ranks spend minutes copying garbage.
 #include <dlfcn.h>
 #include <mpi.h>
 #include <smpi/smpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <ctime>
@@ -45,6 +47,59 @@ steady_clock::time_point steady_clock::now() noexcept {
 
 unsigned int std::thread::hardware_concurrency() noexcept { return 1; }
 
+namespace {
+
+std::size_t shared_threshold();
+bool in_folded(const void* p);
+
+// A small collective whose buffers lie in folded allocations runs on private copies: SMPI 3.32 drops a message into
+// a partially shared buffer at a non-zero offset (shift_and_frame_private_blocks subtracts the offset from a block
+// start of 0 in size_t and discards the block), and a communicator reuses its large buffers for small collectives.
+// Large ones run in place: their bytes are garbage by design.
+class Bounce {
+ public:
+  Bounce(const void* send, std::size_t send_bytes, void* recv, std::size_t recv_bytes)
+      : recv_(recv), recv_bytes_(recv_bytes) {
+    const std::size_t threshold = shared_threshold();
+    active_ = threshold > 0 && send_bytes < threshold && recv_bytes < threshold &&
+              (in_folded(send) || in_folded(recv));
+    if (!active_) return;
+    send_copy_.assign(static_cast<const char*>(send), static_cast<const char*>(send) + (send ? send_bytes : 0));
+    recv_copy_.assign(static_cast<char*>(recv), static_cast<char*>(recv) + (recv ? recv_bytes : 0));
+  }
+  ~Bounce() {
+    if (active_ && recv_bytes_ > 0) std::copy(recv_copy_.begin(), recv_copy_.end(), static_cast<char*>(recv_));
+  }
+  const void* send(const void* original) const { return active_ ? send_copy_.data() : original; }
+  void* recv(void* original) { return active_ ? recv_copy_.data() : original; }
+
+ private:
+  void* recv_;
+  std::size_t recv_bytes_;
+  bool active_ = false;
+  std::vector<char> send_copy_, recv_copy_;
+};
+
+std::size_t type_bytes(MPI_Datatype type, std::size_t count) {
+  int size = 0;
+  MPI_Type_size(type, &size);
+  return count * static_cast<std::size_t>(size);
+}
+
+std::size_t extent_of(const int* counts, const int* displs, int n, MPI_Datatype type) {
+  std::size_t end = 0;
+  for (int i = 0; i < n; ++i) end = std::max(end, static_cast<std::size_t>(displs[i]) + counts[i]);
+  return type_bytes(type, end);
+}
+
+int comm_size(MPI_Comm comm) {
+  int n = 1;
+  MPI_Comm_size(comm, &n);
+  return n;
+}
+
+}  // namespace
+
 extern "C" {
 
 int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
@@ -59,31 +114,40 @@ int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
 int MPI_Iallreduce(const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
                    MPI_Request* request) {
   *request = MPI_REQUEST_NULL;
-  return PMPI_Allreduce(send, recv, count, type, op, comm);
+  Bounce b(send, type_bytes(type, count), recv, type_bytes(type, count));
+  return PMPI_Allreduce(b.send(send), b.recv(recv), count, type, op, comm);
 }
 
 int MPI_Iallgather(const void* send, int send_count, MPI_Datatype send_type, void* recv, int recv_count,
                    MPI_Datatype recv_type, MPI_Comm comm, MPI_Request* request) {
   *request = MPI_REQUEST_NULL;
-  return PMPI_Allgather(send, send_count, send_type, recv, recv_count, recv_type, comm);
+  Bounce b(send, type_bytes(send_type, send_count), recv,
+           type_bytes(recv_type, static_cast<std::size_t>(recv_count) * comm_size(comm)));
+  return PMPI_Allgather(b.send(send), send_count, send_type, b.recv(recv), recv_count, recv_type, comm);
 }
 
 int MPI_Iallgatherv(const void* send, int send_count, MPI_Datatype send_type, void* recv, const int* recv_counts,
                     const int* displs, MPI_Datatype recv_type, MPI_Comm comm, MPI_Request* request) {
   *request = MPI_REQUEST_NULL;
-  return PMPI_Allgatherv(send, send_count, send_type, recv, recv_counts, displs, recv_type, comm);
+  Bounce b(send, type_bytes(send_type, send_count), recv, extent_of(recv_counts, displs, comm_size(comm), recv_type));
+  return PMPI_Allgatherv(b.send(send), send_count, send_type, b.recv(recv), recv_counts, displs, recv_type, comm);
 }
 
 int MPI_Ialltoallv(const void* send, const int* send_counts, const int* send_displs, MPI_Datatype send_type,
                    void* recv, const int* recv_counts, const int* recv_displs, MPI_Datatype recv_type, MPI_Comm comm,
                    MPI_Request* request) {
   *request = MPI_REQUEST_NULL;
-  return PMPI_Alltoallv(send, send_counts, send_displs, send_type, recv, recv_counts, recv_displs, recv_type, comm);
+  const int n = comm_size(comm);
+  Bounce b(send, extent_of(send_counts, send_displs, n, send_type), recv,
+           extent_of(recv_counts, recv_displs, n, recv_type));
+  return PMPI_Alltoallv(b.send(send), send_counts, send_displs, send_type, b.recv(recv), recv_counts, recv_displs,
+                        recv_type, comm);
 }
 
 int MPI_Ibcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm, MPI_Request* request) {
   *request = MPI_REQUEST_NULL;
-  return PMPI_Bcast(buffer, count, type, root, comm);
+  Bounce b(buffer, type_bytes(type, count), buffer, type_bytes(type, count));
+  return PMPI_Bcast(b.recv(buffer), count, type, root, comm);
 }
 
 int MPI_Ibarrier(MPI_Comm comm, MPI_Request* request) {
@@ -97,13 +161,38 @@ namespace {
 
 std::size_t shared_threshold();
 
-// Whether `p` lies in a folded (shared) allocation of at least `bytes`.
-bool folded(const void* p, std::size_t bytes) {
+// The first kPrivateBytes of every folded allocation stay private (real memory, copied by SMPI's messages): headers,
+// fingerprints and payload sizes land there when a communicator reuses a large buffer for a small collective.
+constexpr std::size_t kPrivateBytes = std::size_t{256} << 10;
+
+// Calls fn(offset, length) for each part of [p, p + bytes) that must really be written: all of it, unless it lies in
+// a folded allocation (of at least the threshold), where only its parts inside private blocks are.
+template <typename Fn>
+void writable_parts(const void* p, std::size_t bytes, Fn&& fn) {
   const std::size_t threshold = shared_threshold();
-  if (threshold == 0 || bytes < threshold) return false;
   std::vector<std::pair<std::size_t, std::size_t>> private_blocks;
   std::size_t offset = 0;
-  return smpi_is_shared(p, private_blocks, &offset) != 0 && private_blocks.empty();
+  if (threshold == 0 || bytes < threshold || smpi_is_shared(p, private_blocks, &offset) == 0) {
+    fn(std::size_t{0}, bytes);
+    return;
+  }
+  for (const auto& [begin, end] : private_blocks) {
+    const std::size_t lo = std::max(begin, offset), hi = std::min(end, offset + bytes);
+    if (lo < hi) fn(lo - offset, hi - lo);
+  }
+}
+
+bool in_folded(const void* p) {
+  std::vector<std::pair<std::size_t, std::size_t>> private_blocks;
+  std::size_t offset = 0;
+  return p != nullptr && shared_threshold() > 0 && smpi_is_shared(p, private_blocks, &offset) != 0;
+}
+
+// Whether a gradient of `bytes` at `p` is folded (its values garbage by design).
+bool folded(const void* p, std::size_t bytes) {
+  std::size_t written = 0;
+  writable_parts(p, bytes, [&](std::size_t, std::size_t n) { written += n; });
+  return written < bytes;
 }
 
 std::size_t shared_threshold() {
@@ -116,13 +205,23 @@ std::size_t shared_threshold() {
 
 void* allocate(std::size_t bytes) {
   const std::size_t threshold = shared_threshold();
-  void* p = threshold > 0 && bytes >= threshold ? SMPI_SHARED_MALLOC(bytes) : std::malloc(bytes == 0 ? 1 : bytes);
+  void* p = nullptr;
+  if (threshold > kPrivateBytes && bytes >= threshold) {
+    const std::size_t shared_range[2] = {kPrivateBytes, bytes};
+    p = smpi_shared_malloc_partial(bytes, shared_range, 1);
+  } else {
+    p = std::malloc(bytes == 0 ? 1 : bytes);
+  }
   if (p == nullptr) throw std::bad_alloc();
   return p;
 }
 
+// Set by sim_main.cc after MPI_Finalize: what is freed later (thread-local pools, statics at exit) may be a folded
+// allocation whose record SMPI has already dropped, which free() would abort on. The process is about to end: leak.
+bool g_finalized = false;
+
 void release(void* p) {
-  if (p == nullptr) return;
+  if (p == nullptr || g_finalized) return;
   if (shared_threshold() > 0) {
     SMPI_SHARED_FREE(p);  // plain free() for what it did not allocate
   } else {
@@ -131,6 +230,10 @@ void release(void* p) {
 }
 
 }  // namespace
+
+namespace gradcomp::sim {
+void stop_freeing() { g_finalized = true; }
+}  // namespace gradcomp::sim
 
 void* operator new(std::size_t bytes) { return allocate(bytes); }
 void* operator new[](std::size_t bytes) { return allocate(bytes); }
@@ -149,10 +252,13 @@ void operator delete[](void* p, std::size_t) noexcept { release(p); }
 
 namespace {
 using CopyFn = void* (*)(void*, const void*, std::size_t);
+using SetFn = void* (*)(void*, int, std::size_t);
 CopyFn g_memcpy = nullptr, g_memmove = nullptr;
+SetFn g_memset = nullptr;
 __attribute__((constructor)) void resolve_copies() {
   g_memcpy = reinterpret_cast<CopyFn>(dlsym(RTLD_NEXT, "memcpy"));
   g_memmove = reinterpret_cast<CopyFn>(dlsym(RTLD_NEXT, "memmove"));
+  g_memset = reinterpret_cast<SetFn>(dlsym(RTLD_NEXT, "memset"));
 }
 // Before resolve_copies() ran (the loader's own copies): one byte at a time (this file is compiled without
 // loop-to-memcpy idiom recognition).
@@ -169,13 +275,29 @@ void* copy_bytes(void* to, const void* from, std::size_t n, bool overlap) {
 }  // namespace
 
 extern "C" void* memcpy(void* to, const void* from, std::size_t n) noexcept {
-  if (folded(to, n)) return to;
-  return g_memcpy != nullptr ? g_memcpy(to, from, n) : copy_bytes(to, from, n, false);
+  if (g_memcpy == nullptr) return copy_bytes(to, from, n, false);
+  writable_parts(to, n, [&](std::size_t at, std::size_t len) {
+    g_memcpy(static_cast<char*>(to) + at, static_cast<const char*>(from) + at, len);
+  });
+  return to;
 }
 
 extern "C" void* memmove(void* to, const void* from, std::size_t n) noexcept {
-  if (folded(to, n)) return to;
-  return g_memmove != nullptr ? g_memmove(to, from, n) : copy_bytes(to, from, n, true);
+  if (g_memmove == nullptr) return copy_bytes(to, from, n, true);
+  writable_parts(to, n, [&](std::size_t at, std::size_t len) {
+    g_memmove(static_cast<char*>(to) + at, static_cast<const char*>(from) + at, len);
+  });
+  return to;
+}
+
+extern "C" void* memset(void* to, int value, std::size_t n) noexcept {
+  if (g_memset == nullptr) {
+    auto* d = static_cast<volatile unsigned char*>(to);
+    for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<unsigned char>(value);
+    return to;
+  }
+  writable_parts(to, n, [&](std::size_t at, std::size_t len) { g_memset(static_cast<char*>(to) + at, value, len); });
+  return to;
 }
 
 namespace gradcomp::perf {
