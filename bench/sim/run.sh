@@ -54,10 +54,10 @@ run() {
       "$build/allreduce_perf.so" "${smpi_common[@]}" "$@" --json >"$log" 2>&1; then
     echo "[sim] failed: $tags" >&2; tail -20 "$log" >&2; return 1
   fi
-  python3 - "$tags" "$((SECONDS - start))" <"$log" >>"$results" <<'PY'
+  python3 - "$tags" "$((SECONDS - start))" "$log" >>"$results" <<'PY'
 import json, sys
 tags = json.loads(sys.argv[1]); tags["wall_s"] = int(sys.argv[2])
-for line in sys.stdin:
+for line in open(sys.argv[3]):
     if line.startswith("{"):
         row = json.loads(line); row.update(tags); print(json.dumps(row))
 PY

@@ -11,6 +11,7 @@
 //     at once (the request is MPI_REQUEST_NULL). SMPI implements the non-blocking collectives naively (every rank
 //     sends its whole buffer to every other: an Iallreduce of 100 MB on 1,024 ranks moves 100 GB per rank), while its
 //     blocking collectives follow Open MPI's or MPICH's algorithm selection (--cfg=smpi/coll-selector:ompi).
+//   - MPI_Reduce_local into a folded buffer: skipped (garbage sums).
 //   - MPI_Test: of MPI_REQUEST_NULL reports completion, as the MPI standard says. SMPI 3.32 leaves `flag` untouched
 //     when the status is MPI_STATUS_IGNORE, so the ring (comm/mpi/mpi_ring.cc), which tests a receive that its
 //     blocking wait already completed, waited forever.
@@ -148,6 +149,13 @@ int MPI_Ibcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm co
   *request = MPI_REQUEST_NULL;
   Bounce b(buffer, type_bytes(type, count), buffer, type_bytes(type, count));
   return PMPI_Bcast(b.recv(buffer), count, type, root, comm);
+}
+
+// Reductions into a folded buffer (our ring's MPI_Reduce_local) are skipped: the sums are garbage by design, and
+// modeled codecs charge no host work (smpi/simulate-computation:no) either way.
+int MPI_Reduce_local(const void* in, void* inout, int count, MPI_Datatype type, MPI_Op op) {
+  if (in_folded(inout)) return MPI_SUCCESS;
+  return PMPI_Reduce_local(in, inout, count, type, op);
 }
 
 int MPI_Ibarrier(MPI_Comm comm, MPI_Request* request) {
