@@ -83,8 +83,14 @@ class ModeledCodec final : public Compressor {
     stats_.payload_bytes = size;
     return size;
   }
-  void decompress(std::span<const std::byte>, const TensorView& out, DecodeMode) override {
-    charge(out.numel(), 1, gbps_);
+  // A dense or quantized payload is decoded in one pass over the output; a sparse one (gatherable: index-value
+  // pairs) costs reading its pairs and scattering them, in proportion to the payload, not to the tensor.
+  void decompress(std::span<const std::byte> payload, const TensorView& out, DecodeMode) override {
+    if (traits().gatherable) {
+      charge(payload.size() / sizeof(float), 2, gbps_);
+    } else {
+      charge(out.numel(), 1, gbps_);
+    }
   }
   std::unique_ptr<RoundReduction> begin_rounds(const TensorView& tensor, const CompressContext&) override {
     GRADCOMP_CHECK(traits().rounds && tensor.rows() > 0, "{}: rounds need a rounds codec and a matrix (--rows)", name_);
