@@ -16,7 +16,7 @@ for mode in flat hierarchical; do
   flag=""; [ $mode = hierarchical ] && flag=--hierarchical
   # shellcheck disable=SC2086
   GRADCOMP_LOCAL_SIZE=2 timeout 240 smpirun -np 4 -platform "$platform" -hostfile "${platform%.xml}.hosts" "$so" \
-    --cfg=smpi/test:0 --cfg=smpi/wtime:0 --cfg=smpi/coll-selector:ompi --cfg=smpi/host-speed:1Gf \
+    --cfg=smpi/test:0 --cfg=smpi/wtime:0 --cfg=smpi/coll-selector:ompi --cfg=smpi/bcast:scatter_rdb_allgather --cfg=smpi/host-speed:1Gf \
     --log=root.thres:warning $flag --min-bytes 4K --max-bytes 4M --factor 32 --iters 1 --json \
     --specs "fp16;qsgd:bits=4;topk:ratio=0.01;dgc:ratio=0.001" >"$out/$mode.jsonl" 2>"$out/$mode.err" \
     || { echo "FAIL: $mode run exited $?"; cat "$out/$mode.jsonl" "$out/$mode.err"; exit 1; }
