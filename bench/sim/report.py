@@ -3,7 +3,7 @@
 model the simulated time per allreduce (flat, hierarchical, auto) beside the alpha-beta model's prediction
 (bench/net/scaling_model.py, fed the simulated platform's links and codec throughput).
 
-    python3 bench/sim/report.py results-sim/results.jsonl --out results-sim
+    python3 bench/sim/report.py results-sim/results.jsonl [more.jsonl ...] --out results-sim
 """
 import argparse
 import json
@@ -43,14 +43,18 @@ def spec_of(row):
     return spec
 
 
-def load(path):
-    rows = []
-    for line in open(path):
-        if line.startswith("{") and '"spec"' in line:
-            row = json.loads(line)
-            row["codec"] = spec_of(row)
-            rows.append(row)
-    return rows
+def load(paths):
+    """Every row of the results files, in order; a later row of the same part, layout or rate, ranks, mode and spec
+    replaces an earlier one (a run repeated into another folder; the baseline repeated at the head of each table)."""
+    rows = {}
+    for path in paths:
+        for line in open(path):
+            if line.startswith("{") and '"spec"' in line:
+                row = json.loads(line)
+                row["codec"] = spec_of(row)
+                key = (row.get("part"), row.get("layout"), row.get("gbit"), row["ranks"], row["mode"], row["spec"])
+                rows[key] = row
+    return list(rows.values())
 
 
 def validation(rows):
@@ -64,7 +68,7 @@ def validation(rows):
         note = " (before the ring)" if (row["layout"], row["mode"], row["codec"]) in BEFORE_RING else ""
         lines.append(f"| {row['layout']} | {row['mode']} | {SHORT[row['codec']]} | {row['time_s'] * 1e3:.1f} | "
                      f"{ref}{note} | {row['time_s'] * 1e3 / ref:.2f} |")
-    return "\n".join(dict.fromkeys(lines))  # the baseline row repeats at the head of every table
+    return "\n".join(lines)
 
 
 def auto_rows(rows, part_filter):
@@ -158,7 +162,7 @@ def plot(rows, part, path):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("results")
+    parser.add_argument("results", nargs="+", help="results.jsonl files of bench/sim/run.sh (later ones win)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     rows = load(args.results)

@@ -108,5 +108,5 @@ sweep() {
 [[ ,$parts, == *,scale,* ]] && sweep scale 102400000 5000 "$ranks"
 [[ ,$parts, == *,transformer,* ]] && sweep transformer 5200000000 40000 "8 64"
 
-python3 "$ROOT/bench/sim/report.py" "$results" --out "$out"
+/usr/bin/python3 "$ROOT/bench/sim/report.py" "$results" --out "$out"
 echo "[sim] results: $results, tables: $out/tables.md"
