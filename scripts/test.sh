@@ -6,7 +6,7 @@
 # usage: scripts/test.sh [--sanitize] [--fuzz [SECONDS]] [--label L] [--no-cuda] [--build-dir DIR] [--help]
 #   --sanitize     build with ASan + UBSan into build-sanitize/ and run the cpu tests
 #   --fuzz [S]     build the libFuzzer targets with clang and run each for S seconds (default 60)
-#   --label L      run only CTest tests with label L (cpu, mpi, gpu, python)
+#   --label L      run only CTest tests with label L (cpu, mpi, gpu, python, sim)
 #   --no-cuda      configure without the CUDA kernels (faster build)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -133,5 +133,11 @@ PY
 read -r passed failed skipped <<<"$counts"
 if [ $ctest_rc -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
 [ "${torch2_skipped:-0}" = 1 ] && skipped=$((skipped + 1))
+# Label sim: the simulated build (bench/sim, SimGrid's SMPI, installed unless GRADCOMP_SIM_DEPS=0); skipped without it.
+if [ $sanitize -eq 0 ] && { [ -z "$label" ] || [ "$label" = sim ]; }; then
+  [ "${GRADCOMP_SIM_DEPS:-1}" = 0 ] || scripts/sim-deps.sh
+  read -r sim_passed sim_failed sim_skipped <<<"$(scripts/sim-test.sh)"
+  passed=$((passed + sim_passed)); failed=$((failed + sim_failed)); skipped=$((skipped + sim_skipped))
+fi
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
