@@ -70,5 +70,6 @@ PY
 cd "$scratch/run"
 env -u PYTHONPATH OMP_NUM_THREADS=1 "${mpiexec[@]}" -np 2 "$scratch/venv/bin/python" check.py "$scratch/venv" \
   | tee "$scratch/run.log" || { echo "[pip-install] FAILED: the 2-rank run of the installed package"; exit 1; }
-[ "$(grep -c 'allreduce ok' "$scratch/run.log")" -eq 2 ] || { echo "[pip-install] FAILED: not every rank ok"; exit 1; }
+# grep -o: mpirun may forward the two ranks' lines as one ("...allreduce okrank 1: ...").
+[ "$(grep -o 'allreduce ok' "$scratch/run.log" | wc -l)" -eq 2 ] || { echo "[pip-install] FAILED: not every rank ok"; exit 1; }
 echo "[pip-install] ok"
