@@ -25,6 +25,8 @@ Runtime::Impl::Impl(Communicator& comm, RuntimeOptions options)
   GRADCOMP_CHECK(options_.cycle_time_ms >= 0, "cycle_time_ms must be >= 0, got {}", options_.cycle_time_ms);
   GRADCOMP_CHECK(options_.idle_cycle_max_ms >= 0, "idle_cycle_max_ms must be >= 0, got {}",
                  options_.idle_cycle_max_ms);
+  GRADCOMP_CHECK(options_.pipeline_lanes >= 0 && options_.pipeline_lanes <= 16,
+                 "pipeline_lanes must be in [0, 16], got {}", options_.pipeline_lanes);
   for (const auto& rule : options_.policy.rules) canonical(rule.spec);
   canonical(options_.policy.default_spec.empty() ? "none" : options_.policy.default_spec);
   for (const auto& spec : options_.policy.auto_candidates) canonical(spec);
@@ -157,7 +159,10 @@ void Runtime::Impl::shutdown() {
 RuntimeStats Runtime::Impl::stats(bool reset) {
   std::lock_guard lock(stats_mutex_);
   RuntimeStats out = stats_;
-  if (reset) stats_ = RuntimeStats{};
+  if (reset) {
+    stats_ = RuntimeStats{};
+    buffer_seqs_.clear();
+  }
   return out;
 }
 
