@@ -284,8 +284,9 @@ void Runtime::Impl::finish(std::vector<Request>& requests, BufferRecord record, 
 }
 
 void Runtime::Impl::complete_all(std::vector<Request>& requests, const Status& status) {
-  for (Request& request : requests) complete(request, status);
+  for (Request& request : requests) complete(request, status, /*notify=*/false);
   requests.clear();
+  done_cv_.notify_all();
 }
 
 }  // namespace gradcomp

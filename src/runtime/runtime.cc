@@ -228,7 +228,7 @@ std::string Runtime::Impl::canonical(const std::string& spec) {
   return value;
 }
 
-void Runtime::Impl::complete(Request& request, const Status& status) {
+void Runtime::Impl::complete(Request& request, const Status& status, bool notify) {
   {
     std::lock_guard lock(stats_mutex_);
     ++stats_.tensors;
@@ -256,7 +256,7 @@ void Runtime::Impl::complete(Request& request, const Status& status) {
     std::lock_guard lock(mutex_);
     --in_flight_;
   }
-  done_cv_.notify_all();
+  if (notify) done_cv_.notify_all();
 }
 
 void Runtime::Impl::fail_pending(const Status& status) {

@@ -76,8 +76,9 @@ class Runtime::Impl {
   runtime::Clock::duration wait_budget() const { return 3 * timeout_ + std::chrono::seconds(5); }
   // Canonical form of a spec, cached.
   std::string canonical(const std::string& spec);
-  // Completes one request: its handle or callback, then the in-flight count.
-  void complete(Request& request, const Status& status);
+  // Completes one request: its handle or callback, then the in-flight count; wakes the waiters unless `notify` is
+  // false (complete_all() wakes them once for a whole buffer).
+  void complete(Request& request, const Status& status, bool notify = true);
   template <typename E>
   Status error_status(const std::string& message) {
     return Status{std::make_exception_ptr(E(fmt::format("{} (rank {})", message, comm_.rank())))};
