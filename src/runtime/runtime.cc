@@ -96,7 +96,9 @@ std::uint64_t Runtime::Impl::enqueue(std::string_view user_name, const TensorVie
   ++in_flight_;
   queue_.push_back(std::move(request));
   const std::uint64_t id = next_id_;
-  if (backing_off_) wake_cv_.notify_one();  // (under mutex_: the loop cannot miss it)
+  // The first tensor of a burst wakes a backed-off loop (under mutex_: it cannot miss it); the loop checks the queue
+  // before it sleeps again, so the rest of the burst need not (a wake-up is a system call per tensor).
+  if (backing_off_ && queue_.size() == 1) wake_cv_.notify_one();
   return id;
 }
 
