@@ -29,15 +29,18 @@ void Runtime::Impl::loop() {
   auto next = Clock::now();
   try {
     const int lanes = pipeline_lanes();
-    if (lanes > 0) pipeline_ = std::make_unique<runtime::Pipeline>(comm_, lanes);
+    if (lanes > 0) {
+      pipeline_ = std::make_unique<runtime::Pipeline>(comm_, lanes, [this] {
+        std::lock_guard lock(mutex_);  // a lane finished a buffer: a held-back cycle may go
+        wake_cv_.notify_all();
+      });
+    }
     while (true) {
       bool shutting_down = false;
       std::deque<Request> incoming;
-      // A full pipeline takes no new buffers: the tensors arriving meanwhile join the next cycle's (fewer, larger
-      // messages), and the wire stays busy with the ones queued.
-      if (pipeline_) pipeline_->wait_below(static_cast<std::size_t>(pipeline_->lanes()));
       {
         std::unique_lock lock(mutex_);
+        wake_cv_.wait(lock, [&] { return shutdown_requested_ || fatal_ != nullptr || !held_back(); });
         const bool woken = wake_cv_.wait_until(lock, next, [&] {
           return shutdown_requested_ || fatal_ != nullptr || (backing_off_ && !queue_.empty());
         });
@@ -138,6 +141,17 @@ void Runtime::Impl::loop() {
   pipeline_.reset();
   std::lock_guard lock(mutex_);
   shutdown_requested_ = true;
+}
+
+bool Runtime::Impl::held_back() const {
+  if (!pipeline_) return false;
+  const std::size_t in_flight = pipeline_->in_flight();
+  // A full pipeline takes no new buffers: the tensors arriving meanwhile join the next cycle's (fewer, larger
+  // messages) and the wire stays busy with the ones queued. While buffers are in flight and this rank has nothing
+  // to negotiate, it does not cycle either: a rank that has joins its cycle once these buffers are done (as it would
+  // have on the unpipelined path), and no idle control rounds compete with the data for the CPU.
+  if (in_flight >= static_cast<std::size_t>(pipeline_->lanes())) return true;
+  return in_flight > 0 && queue_.empty() && pending_.empty();
 }
 
 int Runtime::Impl::pipeline_lanes() const {

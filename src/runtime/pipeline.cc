@@ -7,7 +7,7 @@
 
 namespace gradcomp::runtime {
 
-Pipeline::Pipeline(Communicator& comm, int lanes) {
+Pipeline::Pipeline(Communicator& comm, int lanes, std::function<void()> on_finish) : on_finish_(std::move(on_finish)) {
   GRADCOMP_CHECK(lanes >= 1, "runtime pipeline on rank {}: needs at least one lane, got {}", comm.rank(), lanes);
   for (int l = 0; l < lanes; ++l) {
     auto lane = std::make_unique<LaneState>();
@@ -31,9 +31,9 @@ void Pipeline::submit(int lane, Job job) {
   work_cv_.notify_all();
 }
 
-void Pipeline::wait_below(std::size_t jobs) {
-  std::unique_lock lock(mutex_);
-  idle_cv_.wait(lock, [&] { return in_flight_ < jobs; });
+std::size_t Pipeline::in_flight() const {
+  std::lock_guard lock(mutex_);
+  return in_flight_;
 }
 
 void Pipeline::stop() {
@@ -72,7 +72,7 @@ void Pipeline::run(int index) {
       std::lock_guard lock(mutex_);
       --in_flight_;
     }
-    idle_cv_.notify_all();
+    if (on_finish_) on_finish_();
   }
 }
 

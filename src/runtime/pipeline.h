@@ -31,8 +31,9 @@ class Pipeline {
   using Job = std::function<void(Lane&)>;
 
   // Splits `comm` into `lanes` data communicators (collective on `comm`: every rank constructs a Pipeline with the
-  // same count at the same point) and starts one thread per lane. lanes >= 1.
-  Pipeline(Communicator& comm, int lanes);
+  // same count at the same point) and starts one thread per lane. lanes >= 1. `on_finish` (may be empty) runs on the
+  // lane after each job, once in_flight() counts it no more.
+  Pipeline(Communicator& comm, int lanes, std::function<void()> on_finish = {});
   // stop().
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
@@ -42,8 +43,8 @@ class Pipeline {
   // Queues `job` on lane `lane`; a lane runs its jobs one after another in submission order. A job must not throw
   // (it reports its own errors); one that does is reported on stderr.
   void submit(int lane, Job job);
-  // Blocks until fewer than `jobs` submitted jobs are unfinished.
-  void wait_below(std::size_t jobs);
+  // Jobs submitted and not yet finished, over all lanes.
+  std::size_t in_flight() const;
   // Runs the queued jobs, then joins the threads. Idempotent.
   void stop();
 
@@ -56,8 +57,9 @@ class Pipeline {
   };
   void run(int lane);
 
+  std::function<void()> on_finish_;
   mutable std::mutex mutex_;
-  std::condition_variable work_cv_, idle_cv_;
+  std::condition_variable work_cv_;
   std::vector<std::unique_ptr<LaneState>> lanes_;
   std::size_t in_flight_ = 0;  // (mutex_) submitted, not finished
   bool stopping_ = false;      // (mutex_)

@@ -93,6 +93,8 @@ class Runtime::Impl {
                std::uint64_t threshold);
   // Lanes for this runtime: options_.pipeline_lanes where the communicator allows threads, else 0 (cycle.cc).
   int pipeline_lanes() const;
+  // Whether the pipeline holds the next cycle back (cycle.cc; background thread, mutex_ held).
+  bool held_back() const;
 
   // One fusion group on its way through a lane: the prepared group and the requests it completes.
   struct Job {
