@@ -176,6 +176,23 @@ void Runtime::Impl::execute(const std::vector<runtime::ReadyTensor>& ready, Cloc
       timeline_.event(tensor.name, "queue", 2, request.enqueued, cycle_start);
     }
   }
+  // An error of a buffer's own work (its codec refusing a value, a corrupt payload) fails its tensors alone: it is
+  // returned. A communication failure leaves the communicator unusable: it fails the tensors and stops the runtime
+  // (rethrown to the loop's handler; on a lane, fail_runtime()).
+  auto guarded = [this](std::vector<Request>& requests, auto&& work) -> Status {
+    try {
+      work();
+    } catch (const CommError&) {
+      complete_all(requests, Status{std::current_exception()});
+      throw;
+    } catch (const Timeout&) {
+      complete_all(requests, Status{std::current_exception()});
+      throw;
+    } catch (const Error&) {
+      return Status{std::current_exception()};
+    }
+    return Status{};
+  };
   const auto groups = runtime::plan_fusion(ready, threshold,
                                            [&](std::size_t i) {
                                              const auto& sig = ready[i].signature;
@@ -194,36 +211,15 @@ void Runtime::Impl::execute(const std::vector<runtime::ReadyTensor>& ready, Cloc
       job->requests.push_back(std::move(request));
       pending_.erase(it);
     }
-    // An error of this buffer's own work (its codec refusing a value, a corrupt payload) fails its tensors alone;
-    // a communication failure leaves the communicator unusable and stops the runtime (the loop's handler, or
-    // fail_runtime() on a lane).
     if (!pipeline_) {
       BufferRecord record;
-      Status status;
-      try {
-        record = executor_.execute(group, std::move(members));
-      } catch (const CommError&) {
-        complete_all(job->requests, Status{std::current_exception()});
-        throw;
-      } catch (const Timeout&) {
-        complete_all(job->requests, Status{std::current_exception()});
-        throw;
-      } catch (const Error&) {
-        status = Status{std::current_exception()};
-      }
+      const Status status = guarded(job->requests, [&] { record = executor_.execute(group, std::move(members)); });
       finish(job->requests, std::move(record), status, buffer_seq_++);
       continue;
     }
-    try {
-      job->prepared = executor_.prepare(group, std::move(members));
-    } catch (const CommError&) {
-      complete_all(job->requests, Status{std::current_exception()});
-      throw;
-    } catch (const Timeout&) {
-      complete_all(job->requests, Status{std::current_exception()});
-      throw;
-    } catch (const Error&) {
-      finish(job->requests, BufferRecord{}, Status{std::current_exception()}, buffer_seq_++);
+    const Status status = guarded(job->requests, [&] { job->prepared = executor_.prepare(group, std::move(members)); });
+    if (!status.ok()) {
+      finish(job->requests, BufferRecord{}, status, buffer_seq_++);
       continue;
     }
     // Every rank numbers its buffers alike, so lane l's communicator sees the same collectives everywhere. Rounds
