@@ -51,30 +51,12 @@ inline std::vector<std::vector<float>> gather_inputs(Communicator& comm, const s
   return inputs;
 }
 
-// One twin compressor of `spec` per rank (the state of each rank's compressor, replayed on every rank).
-inline std::vector<std::unique_ptr<Compressor>> make_twins(const std::string& spec, int ranks) {
-  std::vector<std::unique_ptr<Compressor>> twins;
-  for (int r = 0; r < ranks; ++r) twins.push_back(make_compressor(spec));
-  return twins;
-}
-
 // The reference of one step: what the algorithm must produce from every rank's gradient (gathered raw), rebuilt
 // with the twins of every rank (flat_reference.h).
 inline Expected reference_step(Communicator& comm, std::vector<std::unique_ptr<Compressor>>& twins,
                                const std::vector<float>& grad, const std::string& name, std::uint64_t step,
                                AllreduceAlgorithm algorithm, ReduceOp op) {
   return flat_reference(twins, gather_inputs(comm, grad), name, step, algorithm, op);
-}
-
-// The tolerance of each element against reference_step's result: a dense sum, per element from its terms'
-// magnitudes (sum_bound.h: the wire dtype's additions plus the reference's f32 ones); the algorithms that decode and
-// add in f32 (allgather, sparse, sra), 1e-5 * n of the reference's largest magnitude.
-inline std::vector<double> element_bounds(std::span<const float> ref, std::span<const double> magnitude,
-                                          AllreduceAlgorithm algorithm, DType wire, int ranks) {
-  if (algorithm == AllreduceAlgorithm::kDense) return dense_sum_bounds(wire, ranks, magnitude);
-  double scale = 0;
-  for (float v : ref) scale = std::max(scale, static_cast<double>(std::fabs(v)));
-  return std::vector<double>(ref.size(), 1e-5 * ranks * scale + 1e-30);
 }
 
 // Runs `steps` compressed allreduces of `spec` on this rank and checks every step. Returns the last stats.

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "gradcomp/collectives.h"
 #include "gradcomp/compressor.h"
+#include "gradcomp/registry.h"
 
 namespace gradcomp::testing {
 
@@ -39,6 +41,13 @@ inline std::vector<float> decode(Compressor& codec, std::span<const std::byte> p
   std::vector<float> out(numel);
   codec.decompress(payload, TensorView(out.data(), numel, DType::kF32), DecodeMode::kOverwrite);
   return out;
+}
+
+// One twin compressor of `spec` per rank (the state of each rank's compressor, replayed on every rank).
+inline std::vector<std::unique_ptr<Compressor>> make_twins(const std::string& spec, int ranks) {
+  std::vector<std::unique_ptr<Compressor>> twins;
+  for (int r = 0; r < ranks; ++r) twins.push_back(make_compressor(spec));
+  return twins;
 }
 
 inline std::size_t chunk_begin(std::size_t numel, int i, int n) { return numel * i / n; }
@@ -90,6 +99,19 @@ inline Expected flat_reference(std::vector<std::unique_ptr<Compressor>>& twins,
     std::copy(decoded.begin(), decoded.end(), out.values.begin() + b);
   }
   return out;
+}
+
+// The world ranks of each node (ascending), nodes ordered by their first rank, as `groups` splits `world`.
+inline std::vector<std::vector<int>> node_members(Communicator& world, NodeGroups& groups) {
+  std::int32_t leader = world.rank();
+  groups.node->broadcast(std::as_writable_bytes(std::span(&leader, 1)), 0);
+  std::vector<std::int32_t> leaders(world.size());
+  world.allgather(std::as_bytes(std::span(&leader, 1)), std::as_writable_bytes(std::span(leaders)));
+  std::map<int, std::vector<int>> by_leader;
+  for (int r = 0; r < world.size(); ++r) by_leader[leaders[r]].push_back(r);
+  std::vector<std::vector<int>> nodes;
+  for (auto& [first, members] : by_leader) nodes.push_back(std::move(members));
+  return nodes;
 }
 
 // The inputs of the node leaders in hierarchical mode: each node's f32 sum of its ranks' inputs (nodes[k]: the world

@@ -1,15 +1,14 @@
 // Hierarchical compressed_allreduce against an independent reference, on any communicator (comm/local threads or MPI
 // ranks): every rank rebuilds the exact composition from every rank's input: each node's f32 sum (exact: the inputs lie
 // on a 2^-16 grid), divided by the world size, then the codec's flat algorithm across the node leaders
-// (tests/comm/flat_reference.h, one twin per leader kept across steps; PowerSGD: tests/compressors/powersgd_reference.h
-// over the leaders' inputs), within the flat checks' bounds; and every rank ends bit-identical.
+// (tests/comm/flat_reference.h, one twin per leader kept across steps; PowerSGD: tests/comm/rounds_reference.h over
+// the leaders' inputs), within the flat checks' bounds; and every rank ends bit-identical.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -17,30 +16,9 @@
 #include "gradcomp/registry.h"
 #include "tests/comm/allreduce_check.h"
 #include "tests/comm/flat_reference.h"
-#include "tests/compressors/powersgd_reference.h"
+#include "tests/comm/rounds_reference.h"
 
 namespace gradcomp::testing {
-
-// The world ranks of each node (ascending), nodes ordered by their first rank, as `groups` splits `world`.
-inline std::vector<std::vector<int>> node_members(Communicator& world, NodeGroups& groups) {
-  std::int32_t leader = world.rank();
-  groups.node->broadcast(std::as_writable_bytes(std::span(&leader, 1)), 0);
-  std::vector<std::int32_t> leaders(world.size());
-  world.allgather(std::as_bytes(std::span(&leader, 1)), std::as_writable_bytes(std::span(leaders)));
-  std::map<int, std::vector<int>> by_leader;
-  for (int r = 0; r < world.size(); ++r) by_leader[leaders[r]].push_back(r);
-  std::vector<std::vector<int>> nodes;
-  for (auto& [first, members] : by_leader) nodes.push_back(std::move(members));
-  return nodes;
-}
-
-// A parameter of a codec's canonical spec ("" when absent).
-inline std::string spec_param(const Compressor& codec, const std::string& key) {
-  for (const auto& [k, v] : parse_spec(codec.spec()).params) {
-    if (k == key) return v;
-  }
-  return "";
-}
 
 // `steps` hierarchical allreduces of `spec` over `world` (nodes from `groups`) of a rows x cols tensor, each checked
 // against the reference on every rank.
@@ -55,9 +33,10 @@ inline void check_hierarchical(Communicator& world, NodeGroups& groups, const st
   const CompressorTraits traits = codec->traits();
   const AllreduceAlgorithm algorithm = resolve_algorithm(traits, AllreduceAlgorithm::kAuto);
   auto twins = make_twins(spec, leaders);
-  std::unique_ptr<PowerSgdReference> lowrank;
+  std::optional<RoundsReference> lowrank;
   if (algorithm == AllreduceAlgorithm::kRounds) {
-    lowrank = std::make_unique<PowerSgdReference>(name, rows, cols, std::stoul(spec_param(*codec, "rank")), leaders);
+    lowrank = RoundsReference::make(*codec, name, rows, cols, leaders);
+    ASSERT_TRUE(lowrank && lowrank->compresses()) << spec << ": no low-rank reference for " << rows << "x" << cols;
   }
   for (int step = 0; step < steps; ++step) {
     SCOPED_TRACE(fmt::format("spec {} step {} rank {} of {} ({} nodes)", spec, step, world.rank(), world.size(),

@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "gradcomp/collectives.h"
 #include "gradcomp/tensor.h"
 
 namespace gradcomp::testing {
@@ -49,6 +50,17 @@ inline std::vector<double> dense_sum_bounds(DType wire, int ranks, std::span<con
     bounds[i] = sum_error_bound(wire, ranks, magnitude[i]) + sum_error_bound(DType::kF32, ranks, magnitude[i]);
   }
   return bounds;
+}
+
+// The tolerance of each element of an allreduce against its reference (tests/comm/flat_reference.h): for a dense sum,
+// per element from its terms' magnitudes (the wire dtype's additions plus the reference's f32 ones); for the
+// algorithms that decode and add in f32 (allgather, sparse, sra), 1e-5 * n of the reference's largest magnitude.
+inline std::vector<double> element_bounds(std::span<const float> ref, std::span<const double> magnitude,
+                                          AllreduceAlgorithm algorithm, DType wire, int ranks) {
+  if (algorithm == AllreduceAlgorithm::kDense) return dense_sum_bounds(wire, ranks, magnitude);
+  double scale = 0;
+  for (float v : ref) scale = std::max(scale, static_cast<double>(std::fabs(v)));
+  return std::vector<double>(ref.size(), 1e-5 * ranks * scale + 1e-30);
 }
 
 // Elements outside their bound (NaN counts as outside); `max_error` gets the largest |got - want|.
