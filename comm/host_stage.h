@@ -102,7 +102,9 @@ class SpanStage {
   std::span<std::byte> recv_;
   std::span<std::byte> user_recv_;
   std::vector<std::byte> send_host_, recv_host_;
-  bool staged_recv_ = false;
+#if GRADCOMP_WITH_CUDA
+  bool staged_recv_ = false;  // only CUDA builds stage (clang's -Wunused-private-field otherwise)
+#endif
 };
 
 }  // namespace gradcomp::comm
