@@ -73,14 +73,43 @@ fi
 echo "[test] ctest ${label:+(label $label)}"
 # Fresh result files (a ctest that crashes must not leave an old run's results to be counted), a label that matches
 # nothing is an error, and the counting (scripts/test_summary.py) treats every test that did not run as failed unless
-# it declared a skip; pytest's in-file skips are reported from its own JUnit files.
+# it declared a skip; pytest's in-file skips are reported from its own JUnit files (build/pytest-junit per pass).
 junit="$ROOT/$build_dir/ctest-junit.xml"
+junit2="$ROOT/$build_dir/ctest-junit-torch2.xml"
 pytest_junit="$ROOT/$build_dir/pytest-junit"
-rm -rf "$junit" "$pytest_junit"
+rm -rf "$junit" "$junit2" "$pytest_junit" "$pytest_junit-torch1"
 set +e
 (cd "$build_dir" && ctest --output-on-failure -j 2 --no-tests=error ${label:+-L "$label"} --output-junit "$junit")
 ctest_rc=$?
-python3 "$ROOT/scripts/test_summary.py" "$junit" "$pytest_junit"
+set -e
+summary_args=("$junit" "$pytest_junit")
+
+# The python label a second time on PyTorch 2.x from PyPI (scripts/torch2-deps.sh; users run torch 2, Debian has
+# 1.13); the pip install test runs in the first pass only. GRADCOMP_TORCH2=0 leaves it out; where torch 2 cannot be
+# installed the pass is reported skipped, with why.
+if [ $sanitize -eq 0 ] && { [ -z "$label" ] || [ "$label" = python ]; } && [ "${GRADCOMP_TORCH2:-1}" != 0 ]; then
+  source scripts/torch2-deps.sh
+  gradcomp_install_torch2
+  if [ -n "${GRADCOMP_TORCH2_SKIP:-}" ]; then
+    echo "[test] python label on torch 2: skipped ($GRADCOMP_TORCH2_SKIP)"
+    summary_args+=(--skipped "python label on torch 2 ($GRADCOMP_TORCH2_SKIP)")
+  else
+    echo "[test] ctest (label python) on torch $("$GRADCOMP_TORCH2_PYTHON" -c 'import torch; print(torch.__version__)' \
+      2>/dev/null || true) ($GRADCOMP_TORCH2_PYTHON)"
+    # The first pass's pytest files move aside: the tests write to the same paths.
+    [ ! -d "$pytest_junit" ] || mv "$pytest_junit" "$pytest_junit-torch1"
+    summary_args=("$junit" "$pytest_junit-torch1" "$junit2" "$pytest_junit")
+    set +e
+    (cd "$build_dir" && GRADCOMP_TEST_PYTHON="$GRADCOMP_TORCH2_PYTHON" \
+      LD_LIBRARY_PATH="$GRADCOMP_TORCH2_LD_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      ctest --output-on-failure -j 2 --no-tests=error -L python -E "^python_pip_install$" --output-junit "$junit2")
+    [ $? -ne 0 ] && ctest_rc=1
+    set -e
+  fi
+fi
+
+set +e
+python3 "$ROOT/scripts/test_summary.py" "${summary_args[@]}"
 summary_rc=$?
 set -e
 if [ $ctest_rc -ne 0 ] && [ $summary_rc -eq 0 ]; then

@@ -10,7 +10,9 @@ Counting (CTest 3.25 JUnit):
   SKIP_REGULAR_EXPRESSION_MATCHED), "disabled", and a passed pytest test whose every case pytest skipped;
 - passed: the rest. A passed pytest test with some cases skipped stays passed; its skipped cases are listed.
 
-usage: test_summary.py CTEST_JUNIT [PYTEST_JUNIT_DIR]
+usage: test_summary.py CTEST_JUNIT [PYTEST_JUNIT_DIR] [CTEST_JUNIT PYTEST_JUNIT_DIR ...] [--skipped REASON ...]
+  one pair per ctest pass (scripts/test.sh runs the python label a second time on torch 2); each --skipped counts one
+  more skip (a pass that could not run, with why).
 """
 import os
 import sys
@@ -45,19 +47,26 @@ def pytest_cases(path):
     return cases
 
 
-def main(argv):
-    if len(argv) < 2:
-        print(__doc__, file=sys.stderr)
-        return 2
+def parse_args(argv):
+    """([(ctest junit, pytest dir or None)], [extra skip reasons]) from CTEST_JUNIT [PYTEST_DIR] ... [--skipped R]."""
+    paths, extra = [], []
+    it = iter(argv)
+    for arg in it:
+        if arg == "--skipped":
+            extra.append(next(it, "no reason given"))
+        else:
+            paths.append(arg)
+    return [(paths[i], paths[i + 1] if i + 1 < len(paths) else None) for i in range(0, len(paths), 2)], extra
+
+
+def count_pass(junit_path, pytest_dir, tag, counts, notes):
+    """Adds one ctest run's outcomes (its JUnit file, the pytest files of its tests) to counts and notes."""
     try:
-        root = ET.parse(argv[1]).getroot()
+        root = ET.parse(junit_path).getroot()
     except (OSError, ET.ParseError) as e:
-        print(f"[summary] CTest wrote no readable JUnit file ({e}): counted as a failure")
-        print("0 passed, 1 failed, 0 skipped")
-        return 1
-    pytest_dir = argv[2] if len(argv) > 2 else None
-    counts = {"passed": 0, "failed": 0, "skipped": 0}
-    notes = []
+        notes.append(f"[summary] CTest wrote no readable JUnit file{tag} ({e}): counted as a failure")
+        counts["failed"] += 1
+        return
     for case in root.iter("testcase"):
         name = case.get("name", "?")
         outcome, reason = ctest_outcome(case)
@@ -68,14 +77,28 @@ def main(argv):
             if cases and len(skipped) == len(cases):
                 outcome, reason = "skipped", f"every pytest case skipped: {skipped[0][1]}"
             for n, m in skipped if outcome == "passed" else []:
-                notes.append(f"[summary] pytest case skipped inside passed {name}: {n} ({m})")
+                notes.append(f"[summary] pytest case skipped inside passed {name}{tag}: {n} ({m})")
         counts[outcome] += 1
         if outcome != "passed":
-            notes.append(f"[summary] {outcome}: {name}{f' ({reason})' if reason else ''}")
+            notes.append(f"[summary] {outcome}: {name}{tag}{f' ({reason})' if reason else ''}")
+
+
+def main(argv):
+    runs, extra_skips = parse_args(argv[1:])
+    if not runs:
+        print(__doc__, file=sys.stderr)
+        return 2
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    notes = []
+    for junit_path, pytest_dir in runs:
+        tag = f" [{os.path.basename(junit_path)}]" if len(runs) > 1 else ""
+        count_pass(junit_path, pytest_dir, tag, counts, notes)
+    for reason in extra_skips:
+        counts["skipped"] += 1
+        notes.append(f"[summary] skipped: {reason}")
     for note in notes:
         print(note)
-    total = sum(counts.values())
-    if total == 0:
+    if sum(counts.values()) == 0:
         print("[summary] no test ran (a mistyped --label?): counted as a failure")
         counts["failed"] = 1
     print(f"{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} skipped")

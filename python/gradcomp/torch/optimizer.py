@@ -28,6 +28,7 @@ Horovod's options (horovod.torch 0.28.1 semantics):
 """
 import contextlib
 import os
+import weakref
 
 import torch
 
@@ -184,14 +185,26 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._hook_handles = []
         self._grad_accs = []
 
+    # The hooks hold the optimizer weakly: a parameter's hook holding it strongly made a cycle through torch's C++
+    # hook tables that the garbage collector cannot see (parameter -> hook -> optimizer -> parameter), which kept the
+    # optimizer and its compressor alive to interpreter exit (nanobind's "leaked instance" report on torch 2.x). A
+    # parameter whose optimizer is gone is no longer exchanged.
     def _make_acc_hook(self, p):
+        ref = weakref.ref(self)
+
         def hook(*_):
-            self._on_grad(p)
+            opt = ref()
+            if opt is not None:
+                opt._on_grad(p)
         return hook
 
     def _make_post_hook(self, p):
-        def hook(_):
-            self._on_grad(p)
+        ref = weakref.ref(self)
+
+        def hook(param):
+            opt = ref()
+            if opt is not None:
+                opt._on_grad(param)
         return hook
 
     def _on_grad(self, p):
