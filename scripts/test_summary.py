@@ -10,9 +10,9 @@ Counting (CTest 3.25 JUnit):
   SKIP_REGULAR_EXPRESSION_MATCHED), "disabled", and a passed pytest test whose every case pytest skipped;
 - passed: the rest. A passed pytest test with some cases skipped stays passed; its skipped cases are listed.
 
-usage: test_summary.py CTEST_JUNIT [PYTEST_JUNIT_DIR] [CTEST_JUNIT PYTEST_JUNIT_DIR ...] [--skipped REASON ...]
-  one pair per ctest pass (scripts/test.sh runs the python label a second time on torch 2); each --skipped counts one
-  more skip (a pass that could not run, with why).
+usage: test_summary.py [CTEST_JUNIT [PYTEST_JUNIT_DIR] ...] [--skipped REASON ...] [--counts "P F S" WHAT ...]
+  one pair per ctest pass (scripts/test.sh runs the torch2 label a second time on torch 2); each --skipped counts one
+  more skip (a pass that could not run, with why); --counts adds another runner's counts (scripts/sim-test.sh).
 """
 import os
 import sys
@@ -48,15 +48,18 @@ def pytest_cases(path):
 
 
 def parse_args(argv):
-    """([(ctest junit, pytest dir or None)], [extra skip reasons]) from CTEST_JUNIT [PYTEST_DIR] ... [--skipped R]."""
-    paths, extra = [], []
+    """([(ctest junit, pytest dir or None)], [extra skip reasons], [("P F S", what)]) from the command line."""
+    paths, extra, counted = [], [], []
     it = iter(argv)
     for arg in it:
         if arg == "--skipped":
             extra.append(next(it, "no reason given"))
+        elif arg == "--counts":
+            counted.append((next(it, ""), next(it, "another runner")))
         else:
             paths.append(arg)
-    return [(paths[i], paths[i + 1] if i + 1 < len(paths) else None) for i in range(0, len(paths), 2)], extra
+    runs = [(paths[i], paths[i + 1] if i + 1 < len(paths) else None) for i in range(0, len(paths), 2)]
+    return runs, extra, counted
 
 
 def count_pass(junit_path, pytest_dir, tag, counts, notes):
@@ -84,8 +87,8 @@ def count_pass(junit_path, pytest_dir, tag, counts, notes):
 
 
 def main(argv):
-    runs, extra_skips = parse_args(argv[1:])
-    if not runs:
+    runs, extra_skips, counted = parse_args(argv[1:])
+    if not runs and not counted:
         print(__doc__, file=sys.stderr)
         return 2
     counts = {"passed": 0, "failed": 0, "skipped": 0}
@@ -93,6 +96,16 @@ def main(argv):
     for junit_path, pytest_dir in runs:
         tag = f" [{os.path.basename(junit_path)}]" if len(runs) > 1 else ""
         count_pass(junit_path, pytest_dir, tag, counts, notes)
+    for line, what in counted:
+        fields = line.split()
+        if len(fields) != 3 or not all(f.isdigit() for f in fields):
+            notes.append(f"[summary] failed: {what} (no 'PASSED FAILED SKIPPED' counts: '{line}')")
+            counts["failed"] += 1
+            continue
+        for key, value in zip(("passed", "failed", "skipped"), map(int, fields)):
+            counts[key] += value
+        if int(fields[1]) or int(fields[2]):
+            notes.append(f"[summary] {what}: {fields[1]} failed, {fields[2]} skipped")
     for reason in extra_skips:
         counts["skipped"] += 1
         notes.append(f"[summary] skipped: {reason}")

@@ -55,6 +55,8 @@ std::string default_timeline_path();
 double default_cycle_time_ms();
 // Longest idle cycle from GRADCOMP_IDLE_CYCLE_MAX_MS, else 50 ms (0 = never back off).
 double default_idle_cycle_max_ms();
+// Pipeline lanes from GRADCOMP_PIPELINE_LANES, else 2 (0 = fusion buffers run on the negotiation thread).
+int default_pipeline_lanes();
 
 struct RuntimeOptions {
   // Period of the negotiation cycle, milliseconds.
@@ -73,6 +75,13 @@ struct RuntimeOptions {
   // behaviour). Default from GRADCOMP_FUSION_TENSOR_LIMIT, else 1 MiB: measured on ResNet-50's size mix (4 ranks,
   // docs/performance.md) it keeps fusion's message savings (161 -> 19 messages) without copying the large tensors.
   std::size_t fusion_tensor_limit_bytes = default_fusion_tensor_limit();
+  // Pipelining: fusion buffers run on this many lanes (threads, each with its own communicator split from the
+  // runtime's), buffer b on lane b mod lanes, beside the negotiation thread: while buffer i is on the wire, buffer
+  // i+1 is packed and compressed and buffer i-1 decoded and unpacked, and the next cycle is negotiated. Every
+  // tensor's result is bit-identical to the unpipelined path's. 0 = every buffer runs on the negotiation thread, one
+  // after another (also what a communicator that cannot take calls from several threads gets: MPI without
+  // MPI_THREAD_MULTIPLE, a torch ProcessGroup). Default from GRADCOMP_PIPELINE_LANES, else 2.
+  int pipeline_lanes = default_pipeline_lanes();
   CompressionPolicy policy;
   // Chrome-trace JSON output ("" = none). "{rank}" in the path is replaced by the rank; without it only rank 0
   // writes. The file is complete (valid JSON) once the runtime has shut down.
@@ -146,18 +155,24 @@ struct BufferRecord {
   std::size_t input_bytes = 0;
   std::size_t wire_bytes = 0;
   std::size_t staged_bytes = 0;  // device <-> host copies of a CUDA buffer on a communicator without device memory
+  std::size_t copy_bytes = 0;    // bytes the runtime copied into and out of the fusion buffer (0: the tensor alone)
+  int lane = -1;                 // pipeline lane that ran it (RuntimeOptions::pipeline_lanes); -1: the cycle thread
   double copy_in_s = 0, compress_s = 0, communicate_s = 0, decompress_s = 0, copy_out_s = 0;
 };
 
 // Counters since construction or the last take_stats().
 struct RuntimeStats {
   std::uint64_t cycles = 0;                   // negotiation cycles
-  std::uint64_t negotiation_collectives = 0;  // collectives spent negotiating
+  std::uint64_t busy_cycles = 0;              // cycles that started or failed at least one tensor
+  std::uint64_t negotiation_collectives = 0;  // collectives spent negotiating (control rounds)
+  std::size_t negotiation_bytes = 0;          // bytes this rank contributed to them
   std::uint64_t tensors = 0;                  // tensors completed (successfully or not)
   std::uint64_t messages = 0;                 // data collectives (one per fusion buffer)
   std::size_t input_bytes = 0;                // uncompressed bytes reduced
   std::size_t wire_bytes = 0;                 // bytes this rank sent for the data
   std::size_t staged_bytes = 0;               // device <-> host staging of CUDA buffers (BufferRecord::staged_bytes)
+  std::size_t copy_bytes = 0;                 // bytes copied into and out of fusion buffers (fused tensors only)
+  std::size_t alone_bytes = 0;                // bytes of tensors reduced alone, in the caller's memory (no copy)
   double negotiate_s = 0, queue_s = 0, copy_in_s = 0, compress_s = 0, communicate_s = 0, decompress_s = 0,
          copy_out_s = 0;
   // The last 1024 buffers, oldest first.

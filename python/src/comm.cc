@@ -249,6 +249,11 @@ void init_comm(nb::module_& m) {
              const RuntimeStats s = r.stats();
              nb::dict d;
              d["cycles"] = s.cycles;
+             d["busy_cycles"] = s.busy_cycles;
+             d["negotiation_collectives"] = s.negotiation_collectives;
+             d["negotiation_bytes"] = s.negotiation_bytes;
+             d["copy_bytes"] = s.copy_bytes;
+             d["alone_bytes"] = s.alone_bytes;
              d["tensors"] = s.tensors;
              d["messages"] = s.messages;
              d["input_bytes"] = s.input_bytes;

@@ -28,12 +28,29 @@ void Runtime::Impl::loop() {
   std::uint64_t expire_before = 0;
   auto next = Clock::now();
   try {
+    const int lanes = pipeline_lanes();
+    if (lanes > 0) {
+      pipeline_ = std::make_unique<runtime::Pipeline>(comm_, lanes, [this] {
+        std::lock_guard lock(mutex_);  // a lane finished a buffer: a held-back cycle may go
+        wake_cv_.notify_all();
+      });
+    }
     while (true) {
       bool shutting_down = false;
       std::deque<Request> incoming;
       {
         std::unique_lock lock(mutex_);
-        wake_cv_.wait_until(lock, next, [&] { return shutdown_requested_ || (backing_off_ && !queue_.empty()); });
+        wake_cv_.wait(lock, [&] { return shutdown_requested_ || fatal_ != nullptr || !held_back(); });
+        const bool woken = wake_cv_.wait_until(lock, next, [&] {
+          return shutdown_requested_ || fatal_ != nullptr || (backing_off_ && !queue_.empty());
+        });
+        if (woken && backing_off_ && !shutdown_requested_ && fatal_ == nullptr) {
+          // A local enqueue ended the back-off. Gather the rest of its burst (a backward pass submits many
+          // gradients back to back) for one cycle period, as a cycle would, so that it travels in one cycle.
+          backing_off_ = false;
+          wake_cv_.wait_until(lock, Clock::now() + cycle, [&] { return shutdown_requested_ || fatal_ != nullptr; });
+        }
+        if (fatal_) std::rethrow_exception(fatal_);  // a lane's communication failed
         shutting_down = shutdown_requested_;
         incoming.swap(queue_);
       }
@@ -60,11 +77,14 @@ void Runtime::Impl::loop() {
       std::vector<std::byte> messages(message.size() * comm_.size());
       comm_.allgather(message, messages);
       std::uint64_t collectives = 1;
+      std::size_t sent = message.size();
       runtime::CycleSummary summary = negotiator_.summarize(messages);
       std::vector<std::vector<std::byte>> blobs;
       if (summary.any_announcements) {
-        blobs = comm::allgather_blobs(comm_, negotiator_.take_announcements());
+        const std::vector<std::byte> announcements = negotiator_.take_announcements();
+        blobs = comm::allgather_blobs(comm_, announcements);
         collectives += 2;
+        sent += sizeof(std::uint64_t) + announcements.size();
       }
       runtime::CycleDecision decision = negotiator_.decide(summary, blobs);
       const auto negotiated = Clock::now();
@@ -78,7 +98,9 @@ void Runtime::Impl::loop() {
       {
         std::lock_guard lock(stats_mutex_);
         ++stats_.cycles;
+        if (!decision.ready.empty() || !decision.failed.empty()) ++stats_.busy_cycles;
         stats_.negotiation_collectives += collectives;
+        stats_.negotiation_bytes += sent;
         stats_.negotiate_s += to_seconds(negotiated - start).count();
       }
       if (timeline_.active() && (summary.any_announcements || !decision.ready.empty() || !decision.failed.empty())) {
@@ -114,8 +136,33 @@ void Runtime::Impl::loop() {
     }
     fail_pending(Status{error});
   }
+  // The lanes finish what was dispatched (or fail it fast once the runtime failed) before the thread ends.
+  if (pipeline_) pipeline_->stop();
+  pipeline_.reset();
   std::lock_guard lock(mutex_);
   shutdown_requested_ = true;
+}
+
+bool Runtime::Impl::held_back() const {
+  if (!pipeline_) return false;
+  const std::size_t in_flight = pipeline_->in_flight();
+  // A full pipeline takes no new buffers: the tensors arriving meanwhile join the next cycle's (fewer, larger
+  // messages) and the wire stays busy with the ones queued. While buffers are in flight and this rank has nothing
+  // to negotiate, it does not cycle either: a rank that has joins its cycle once these buffers are done (as it would
+  // have on the unpipelined path), and no idle control rounds compete with the data for the CPU.
+  if (in_flight >= static_cast<std::size_t>(pipeline_->lanes())) return true;
+  return in_flight > 0 && queue_.empty() && pending_.empty();
+}
+
+int Runtime::Impl::pipeline_lanes() const {
+  if (options_.pipeline_lanes <= 0 || comm_.size() == 1) return 0;
+  // Lanes call their communicators beside the negotiation's: MPI must allow threads (MPI_THREAD_MULTIPLE); the
+  // in-process backend always does. Other backends (a torch ProcessGroup, NCCL as the runtime's communicator) keep
+  // the unpipelined path. Every rank decides alike (one backend, one MPI library).
+  const std::string backend = comm_.backend();
+  if (backend == "local") return options_.pipeline_lanes;
+  if (backend == "mpi" && mpi_thread_level() == "multiple") return options_.pipeline_lanes;
+  return 0;
 }
 
 void Runtime::Impl::execute(const std::vector<runtime::ReadyTensor>& ready, Clock::time_point cycle_start,
@@ -129,6 +176,23 @@ void Runtime::Impl::execute(const std::vector<runtime::ReadyTensor>& ready, Cloc
       timeline_.event(tensor.name, "queue", 2, request.enqueued, cycle_start);
     }
   }
+  // An error of a buffer's own work (its codec refusing a value, a corrupt payload) fails its tensors alone: it is
+  // returned. A communication failure leaves the communicator unusable: it fails the tensors and stops the runtime
+  // (rethrown to the loop's handler; on a lane, fail_runtime()).
+  auto guarded = [this](std::vector<Request>& requests, auto&& work) -> Status {
+    try {
+      work();
+    } catch (const CommError&) {
+      complete_all(requests, Status{std::current_exception()});
+      throw;
+    } catch (const Timeout&) {
+      complete_all(requests, Status{std::current_exception()});
+      throw;
+    } catch (const Error&) {
+      return Status{std::current_exception()};
+    }
+    return Status{};
+  };
   const auto groups = runtime::plan_fusion(ready, threshold,
                                            [&](std::size_t i) {
                                              const auto& sig = ready[i].signature;
@@ -136,45 +200,103 @@ void Runtime::Impl::execute(const std::vector<runtime::ReadyTensor>& ready, Cloc
                                              return limit == 0 || sig.numel * dtype_size(sig.dtype) <= limit;
                                            });
   for (const auto& group : groups) {
+    // The group's requests leave the pending set now: the next cycle may be negotiated while it runs.
+    auto job = std::make_shared<Job>();
     std::vector<runtime::Executor::Member> members;
     for (std::size_t index : group.members) {
-      const Request& request = pending_.at(ready[index].name);
-      members.push_back({&ready[index], request.tensor, request.compressor, request.user_name, request.step});
-    }
-    // An error of this buffer's own work (its codec refusing a value, a corrupt payload) fails its tensors alone;
-    // a communication failure leaves the communicator unusable and stops the runtime (the loop's handler).
-    BufferRecord record;
-    Status status;
-    try {
-      record = executor_.execute(group, members);
-    } catch (const CommError&) {
-      throw;
-    } catch (const Timeout&) {
-      throw;
-    } catch (const Error&) {
-      status = Status{std::current_exception()};
-    }
-    if (status.ok()) {
-      std::lock_guard lock(stats_mutex_);
-      ++stats_.messages;
-      stats_.input_bytes += record.input_bytes;
-      stats_.wire_bytes += record.wire_bytes;
-      stats_.staged_bytes += record.staged_bytes;
-      stats_.copy_in_s += record.copy_in_s;
-      stats_.compress_s += record.compress_s;
-      stats_.communicate_s += record.communicate_s;
-      stats_.decompress_s += record.decompress_s;
-      stats_.copy_out_s += record.copy_out_s;
-      stats_.buffers.push_back(std::move(record));
-      if (stats_.buffers.size() > 1024) stats_.buffers.erase(stats_.buffers.begin());
-    }
-    for (const auto& member : members) {
-      auto it = pending_.find(member.ready->name);
-      negotiator_.remove_pending(member.ready->name);
-      complete(it->second, status);
+      auto it = pending_.find(ready[index].name);
+      Request& request = it->second;
+      members.push_back({request.name, request.user_name, request.tensor, request.compressor, request.step});
+      negotiator_.remove_pending(request.name);
+      job->requests.push_back(std::move(request));
       pending_.erase(it);
     }
+    if (!pipeline_) {
+      BufferRecord record;
+      const Status status = guarded(job->requests, [&] { record = executor_.execute(group, std::move(members)); });
+      finish(job->requests, std::move(record), status, buffer_seq_++);
+      continue;
+    }
+    const Status status = guarded(job->requests, [&] { job->prepared = executor_.prepare(group, std::move(members)); });
+    if (!status.ok()) {
+      finish(job->requests, BufferRecord{}, status, buffer_seq_++);
+      continue;
+    }
+    // Every rank numbers its buffers alike, so lane l's communicator sees the same collectives everywhere. Rounds
+    // codecs keep state between their calls (one reduction of an instance at a time) and device buffers may use
+    // RuntimeOptions::device_comm (one thread): both always take lane 0.
+    const bool lane_zero = job->prepared.on_device || job->prepared.compressor->traits().rounds;
+    const int lane = lane_zero ? 0 : static_cast<int>(dispatched_ % static_cast<std::uint64_t>(pipeline_->lanes()));
+    ++dispatched_;
+    job->seq = buffer_seq_++;
+    pipeline_->submit(lane, [this, job](runtime::Pipeline::Lane& on) { run_job(*job, on); });
   }
+}
+
+void Runtime::Impl::run_job(Job& job, runtime::Pipeline::Lane& lane) {
+  BufferRecord record;
+  Status status;
+  {
+    std::lock_guard lock(mutex_);
+    if (fatal_) status = Status{fatal_};  // the runtime stopped: the lane's peers may never join this collective
+  }
+  if (status.ok()) {
+    try {
+      record = executor_.run(job.prepared, lane.comm, lane.pool, lane.index);
+    } catch (const CommError&) {
+      status = fail_runtime(std::current_exception());
+    } catch (const Timeout&) {
+      status = fail_runtime(std::current_exception());
+    } catch (const Error&) {
+      status = Status{std::current_exception()};
+    } catch (...) {
+      status = fail_runtime(std::current_exception());
+    }
+  }
+  finish(job.requests, std::move(record), status, job.seq);
+}
+
+Status Runtime::Impl::fail_runtime(std::exception_ptr error) {
+  {
+    std::lock_guard lock(mutex_);
+    if (!fatal_) fatal_ = error;
+  }
+  wake_cv_.notify_all();  // the cycle thread rethrows it at its next cycle
+  return Status{error};
+}
+
+void Runtime::Impl::finish(std::vector<Request>& requests, BufferRecord record, const Status& status,
+                           std::uint64_t seq) {
+  if (status.ok()) {
+    std::lock_guard lock(stats_mutex_);
+    ++stats_.messages;
+    stats_.input_bytes += record.input_bytes;
+    stats_.wire_bytes += record.wire_bytes;
+    stats_.staged_bytes += record.staged_bytes;
+    stats_.copy_bytes += record.copy_bytes;
+    if (record.tensors == 1) stats_.alone_bytes += record.input_bytes;
+    stats_.copy_in_s += record.copy_in_s;
+    stats_.compress_s += record.compress_s;
+    stats_.communicate_s += record.communicate_s;
+    stats_.decompress_s += record.decompress_s;
+    stats_.copy_out_s += record.copy_out_s;
+    // In dispatch order (lanes finish out of order): the last 1024, oldest first.
+    auto at = buffer_seqs_.end();
+    while (at != buffer_seqs_.begin() && *(at - 1) > seq) --at;
+    stats_.buffers.insert(stats_.buffers.begin() + (at - buffer_seqs_.begin()), std::move(record));
+    buffer_seqs_.insert(at, seq);
+    if (stats_.buffers.size() > 1024) {
+      stats_.buffers.erase(stats_.buffers.begin());
+      buffer_seqs_.erase(buffer_seqs_.begin());
+    }
+  }
+  complete_all(requests, status);
+}
+
+void Runtime::Impl::complete_all(std::vector<Request>& requests, const Status& status) {
+  for (Request& request : requests) complete(request, status, /*notify=*/false);
+  requests.clear();
+  done_cv_.notify_all();
 }
 
 }  // namespace gradcomp

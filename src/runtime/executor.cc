@@ -11,6 +11,7 @@
 #include "compressors/error_feedback.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
+#include "src/runtime/locked_compressor.h"
 #include "src/runtime/policy.h"
 
 namespace gradcomp::runtime {
@@ -143,6 +144,7 @@ std::string Executor::choose_auto(std::size_t bytes, BufferRecord& record) {
 std::vector<float> Executor::residual(const std::string& name) const {
   std::lock_guard lock(codecs_mutex_);
   for (const auto& [spec, codec] : codecs_) {
+    std::lock_guard codec_lock(*codec.mutex);  // a lane may be encoding with it
     const auto* ef = dynamic_cast<const ErrorFeedbackCompressor*>(codec.compressor.get());
     const TensorState* state = ef ? ef->state_of(name) : nullptr;
     if (state != nullptr && !state->buffers.empty() && !state->buffers[0].empty()) return state->buffers[0];
@@ -230,74 +232,103 @@ std::map<std::string, Executor::ResidualShape> Executor::load_state(ByteReader& 
   return shapes;
 }
 
-BufferRecord Executor::execute(const FusionGroup& group, const std::vector<Member>& members) {
-  BufferRecord record;
-  record.tensors = members.size();
+Executor::Prepared Executor::prepare(const FusionGroup& group, std::vector<Member> members) {
+  Prepared prepared;
+  prepared.group = group;
+  prepared.members = std::move(members);
+  BufferRecord& record = prepared.record;
+  record.tensors = prepared.members.size();
   record.input_bytes = group.bytes;
   record.op = group.op;
   std::lock_guard lock(codecs_mutex_);
-  Compressor* compressor = members[0].compressor;
-  if (compressor == nullptr) {
+  Compressor* owned = prepared.members[0].compressor;
+  if (owned == nullptr) {
     std::string spec = group.spec;
     if (spec == kAutoSpec) {
       spec = group.dtype == DType::kF32 ? choose_auto(group.bytes, record) : canonical_spec("none");
     }
-    compressor = codec_for(spec).compressor.get();
+    Codec& codec = codec_for(spec);
+    prepared.compressor = codec.compressor.get();
+    prepared.codec_mutex = codec.mutex.get();
+  } else {
+    auto& mutex = owner_mutexes_[owned];
+    if (!mutex) mutex = std::make_unique<std::mutex>();
+    prepared.compressor = owned;
+    prepared.codec_mutex = mutex.get();
   }
-  record.spec = compressor->spec();
+  record.spec = prepared.compressor->spec();
+  for (Member& member : prepared.members) {
+    if (member.step == kStepOfCall) member.step = steps_[member.name]++;
+  }
+  prepared.on_device = prepared.members[0].tensor.device().is_cuda();
+  return prepared;
+}
+
+BufferRecord Executor::execute(const FusionGroup& group, std::vector<Member> members) {
+  Prepared prepared = prepare(group, std::move(members));
+  return run(prepared, comm_, fusion_pool_, -1);
+}
+
+BufferRecord Executor::run(Prepared& prepared, Communicator& data, algorithms::BlockPool& pool, int lane) {
+  const FusionGroup& group = prepared.group;
+  const std::vector<Member>& members = prepared.members;
+  BufferRecord record = prepared.record;
+  record.lane = lane;
+  const int row = lane < 0 ? 1 : 3 + lane;  // timeline row: the cycle thread's, or the lane's
+  LockedCompressor compressor(*prepared.compressor, *prepared.codec_mutex);
 
   const bool single = members.size() == 1;
+  // The runtime's own codecs key state by the negotiated name (scope included); an owner's compressor by the names
+  // the owner submitted, as it would outside the runtime.
+  auto state_name = [](const Member& member) -> std::string_view {
+    return member.compressor != nullptr ? std::string_view(member.user_name) : std::string_view(member.name);
+  };
   const std::string buffer_name =
-      single ? std::string(members[0].compressor != nullptr ? members[0].user_name
-                                                            : std::string_view(members[0].ready->name))
-             : fmt::format("fused[{}+{}]#{}", members[0].ready->name, members.size() - 1, group.numel);
+      single ? std::string(state_name(members[0]))
+             : fmt::format("fused[{}+{}]#{}", members[0].name, members.size() - 1, group.numel);
   const std::size_t elem = dtype_size(group.dtype);
 
   // Copy in; every member is a segment that keeps its own error-feedback state and step, so the codec compresses it
-  // as it would alone. CUDA tensors are fused in device memory on the first member's stream (members on other
-  // streams are waited for first).
+  // as it would alone. A group of one runs in the caller's memory (no copy). CUDA tensors are fused in device memory
+  // on the first member's stream (members on other streams are waited for first).
   auto copy_start = Clock::now();
   const TensorView& first = members[0].tensor;
-  const bool on_device = first.device().is_cuda();
   std::unique_ptr<algorithms::MemorySpace> device_space;
-  if (on_device) device_space = algorithms::cuda_space(first);
-  algorithms::MemorySpace& space = on_device ? *device_space : algorithms::host_space();
+  if (prepared.on_device) device_space = algorithms::cuda_space(first);
+  algorithms::MemorySpace& space = prepared.on_device ? *device_space : algorithms::host_space();
   // The fusion buffer comes from a pool (buffer_pool.h), so a repeated layout reuses the same block: on the host the
-  // executor's own (the algorithms' per-thread pool then keeps its slots for payloads), on a device the space's.
+  // caller's (the algorithms' per-thread pool then keeps its slots for payloads), on a device the space's.
   algorithms::Bytes fusion_buffer(0);
   TensorView buffer = first;
   if (!single) {
-    fusion_buffer = on_device ? space.allocate(group.bytes) : algorithms::Bytes(fusion_pool_, group.bytes);
+    fusion_buffer = prepared.on_device ? space.allocate(group.bytes) : algorithms::Bytes(pool, group.bytes);
     buffer = space.view(fusion_buffer.data(), group.numel, group.dtype);
   }
-  segments_.clear();
+  std::vector<TensorSegment> segments;
+  segments.reserve(members.size());
   for (std::size_t m = 0; m < members.size(); ++m) {
     const TensorView& t = members[m].tensor;
     if (!single) {
-      if (on_device && t.stream() != first.stream()) algorithms::cuda_space(t)->synchronize();
+      if (prepared.on_device && t.stream() != first.stream()) algorithms::cuda_space(t)->synchronize();
       space.copy(static_cast<std::byte*>(buffer.data()) + group.offsets[m] * elem, t.data(), t.bytes());
     }
-    // The runtime's own codecs key state by the negotiated name (scope included); an owner's compressor by the names
-    // the owner submitted, as it would outside the runtime.
-    const std::string_view name = members[m].compressor != nullptr ? members[m].user_name
-                                                                    : std::string_view(members[m].ready->name);
-    const std::uint64_t step =
-        members[m].step != kStepOfCall ? members[m].step : steps_[members[m].ready->name]++;
-    segments_.push_back(TensorSegment{name, group.offsets[m], t.numel(), 0, t.numel(), t.rows(), step});
+    segments.push_back(
+        TensorSegment{state_name(members[m]), group.offsets[m], t.numel(), 0, t.numel(), t.rows(), members[m].step});
   }
+  if (!single) record.copy_bytes += group.bytes;
   auto copy_end = Clock::now();
   record.copy_in_s = std::chrono::duration<double>(copy_end - copy_start).count();
-  if (timeline_ && timeline_->active() && !single) timeline_->event("copy_in", "fusion", 1, copy_start, copy_end);
+  if (timeline_ && timeline_->active() && !single) timeline_->event("copy_in", "fusion", row, copy_start, copy_end);
 
   AllreduceOptions options;
   options.op = group.op;  // one op per buffer: plan_fusion never mixes ops
   options.verify = false;  // names, sizes and specs were negotiated
   options.algorithm = options_.algorithm;
-  options.step = segments_[0].step;
-  options.segments = segments_;
+  options.step = segments[0].step;
+  options.segments = segments;
   const auto call_start = Clock::now();
-  Communicator& data_comm = on_device && options_.device_comm != nullptr ? *options_.device_comm : comm_;
-  AllreduceStats stats = compressed_allreduce(data_comm, *compressor, buffer, buffer_name, options);
+  Communicator& data_comm = prepared.on_device && options_.device_comm != nullptr ? *options_.device_comm : data;
+  AllreduceStats stats = compressed_allreduce(data_comm, compressor, buffer, buffer_name, options);
   record.staged_bytes = stats.staged_bytes;
   const auto call_end = Clock::now();
   record.algorithm = std::string(algorithm_name(stats.algorithm));
@@ -310,11 +341,11 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<Membe
     auto at = call_start;
     auto span = [&](const char* phase, double seconds) {
       auto end = at + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-      timeline_->event(phase, "allreduce", 1, at, std::min(end, call_end),
+      timeline_->event(phase, "allreduce", row, at, std::min(end, call_end),
                        fmt::format("{{\"buffer\":{},\"spec\":{},\"algorithm\":{},\"tensors\":{},\"bytes\":{},"
-                                   "\"wire_bytes\":{}}}",
+                                   "\"wire_bytes\":{},\"lane\":{}}}",
                                    json_string(buffer_name), json_string(record.spec), json_string(record.algorithm),
-                                   record.tensors, record.input_bytes, record.wire_bytes));
+                                   record.tensors, record.input_bytes, record.wire_bytes, lane));
       at = std::min(end, call_end);
     };
     span("compress", stats.compress_s);
@@ -330,9 +361,10 @@ BufferRecord Executor::execute(const FusionGroup& group, const std::vector<Membe
                  members[m].tensor.bytes());
     }
     space.synchronize();  // the members are complete when their handles are
+    record.copy_bytes += group.bytes;
     auto out_end = Clock::now();
     record.copy_out_s = std::chrono::duration<double>(out_end - out_start).count();
-    if (timeline_ && timeline_->active()) timeline_->event("copy_out", "fusion", 1, out_start, out_end);
+    if (timeline_ && timeline_->active()) timeline_->event("copy_out", "fusion", row, out_start, out_end);
   }
   return record;
 }

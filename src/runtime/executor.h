@@ -1,5 +1,5 @@
-// Executes fusion groups on the background thread: picks the codec (resolving "auto"), packs the fusion buffer, runs
-// one compressed_allreduce and scatters the result back.
+// Executes fusion groups: picks the codec (resolving "auto") on the negotiation thread, then, on that thread or on a
+// pipeline lane, packs the fusion buffer, runs one compressed_allreduce and scatters the result back.
 //
 // Error feedback and fusion. The buffer is passed to compressed_allreduce with one TensorSegment per member, so the
 // codec keeps each member's error-feedback state (residual, DGC momentum) under the member's own name, whatever
@@ -32,6 +32,7 @@ struct Codec {
   std::string spec;  // canonical spec
   std::unique_ptr<Compressor> compressor;
   CompressorTraits traits;
+  std::unique_ptr<std::mutex> mutex = std::make_unique<std::mutex>();  // held around every call into `compressor`
 };
 
 // Calibration of the "auto" policy (identical on every rank: rank 0's measurements are broadcast).
@@ -58,14 +59,30 @@ class Executor {
 
   // One member of a group: what negotiation decided, and what this rank's request brought.
   struct Member {
-    const ReadyTensor* ready = nullptr;
+    std::string name;       // the negotiated key (scope included)
+    std::string user_name;  // the name as submitted (an owner's compressor keys its state by it)
     TensorView tensor;
     Compressor* compressor = nullptr;  // the owner's (every member of a group has the same), or null
-    std::string_view user_name;        // the name as submitted (an owner's compressor keys its state by it)
     std::uint64_t step = kStepOfCall;  // the owner's step, or kStepOfCall: counted per name here
   };
-  // Runs one group (collective: every rank calls it with the same group).
-  BufferRecord execute(const FusionGroup& group, const std::vector<Member>& members);
+
+  // A group ready to run: its codec and every member's step, decided on the negotiation thread in group order on
+  // every rank (the "auto" calibration is a collective on the runtime's communicator; the steps count per name).
+  struct Prepared {
+    FusionGroup group;
+    std::vector<Member> members;
+    Compressor* compressor = nullptr;  // the codec instance (the runtime's, or the owner's)
+    std::mutex* codec_mutex = nullptr;  // held around every call into it (lanes share instances)
+    bool on_device = false;             // CUDA tensors: the buffer lives on the first member's device
+    BufferRecord record;                // the "auto" decision, filled further by run()
+  };
+  Prepared prepare(const FusionGroup& group, std::vector<Member> members);
+  // Packs, reduces and unpacks a prepared group over `data` (collective: every rank runs the same groups on it in the
+  // same order). `pool` serves host fusion buffers and must belong to the calling thread. Safe beside run() of other
+  // groups on other threads and communicators, and beside prepare() on the negotiation thread.
+  BufferRecord run(Prepared& prepared, Communicator& data, algorithms::BlockPool& pool, int lane);
+  // prepare() then run() on the runtime's communicator, on the calling thread (the unpipelined path).
+  BufferRecord execute(const FusionGroup& group, std::vector<Member> members);
 
   // Copy of the error-feedback residual of `name` kept by any codec instance (empty when none).
   std::vector<float> residual(const std::string& name) const;
@@ -92,11 +109,11 @@ class Executor {
   Communicator& comm_;
   RuntimeOptions options_;
   Timeline* timeline_;
-  mutable std::mutex codecs_mutex_;      // residual() reads codec state from other threads
+  mutable std::mutex codecs_mutex_;      // the maps below; residual() reads codec state from other threads
   std::map<std::string, Codec> codecs_;  // key: canonical spec
+  std::map<const Compressor*, std::unique_ptr<std::mutex>> owner_mutexes_;  // owners' compressors
   std::map<std::string, std::uint64_t> steps_;  // per tensor name: reductions so far (its codec's step)
-  std::vector<TensorSegment> segments_;
-  algorithms::BlockPool fusion_pool_{algorithms::host_allocator()};  // host fusion buffers (used by the cycle thread)
+  algorithms::BlockPool fusion_pool_{algorithms::host_allocator()};  // host fusion buffers of execute()
   AutoModel model_;
 };
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "compressors/state_io.h"
@@ -35,6 +36,15 @@ Signature get_signature(ByteReader& reader) {
   signature.op = static_cast<ReduceOp>(reader.get<std::uint8_t>());
   signature.scope = reader.get_string();
   return signature;
+}
+
+// Calls fn(slot) for every set bit of `word`, the `w`-th word of a packed slot vector, in slot order.
+template <typename Fn>
+void for_each_bit(std::uint64_t word, std::size_t w, Fn&& fn) {
+  while (word != 0) {
+    fn(64 * w + static_cast<std::size_t>(std::countr_zero(word)));
+    word &= word - 1;
+  }
 }
 
 }  // namespace
@@ -83,6 +93,9 @@ CycleSummary Negotiator::summarize(std::span<const std::byte> messages) const {
   CycleSummary summary;
   summary.all_shutdown = true;
   summary.bits.resize(size_);
+  const std::size_t words = (slots_.size() + 63) / 64;
+  summary.all.assign(words, ~std::uint64_t{0});
+  summary.any.assign(words, 0);
   for (int r = 0; r < size_; ++r) {
     const std::byte* message = messages.data() + bytes * r;
     std::uint32_t flags = 0;
@@ -101,9 +114,13 @@ CycleSummary Negotiator::summarize(std::span<const std::byte> messages) const {
       summary.fusion_threshold = threshold;
     }
     auto& bits = summary.bits[r];
-    bits.resize(slots_.size());
-    for (std::size_t s = 0; s < slots_.size(); ++s) {
-      bits[s] = (std::to_integer<unsigned>(message[kHeaderBytes + s / 8]) >> (s % 8)) & 1u;
+    bits.assign(words, 0);
+    for (std::size_t b = 0; b < (slots_.size() + 7) / 8; ++b) {
+      bits[b / 8] |= std::uint64_t{std::to_integer<std::uint8_t>(message[kHeaderBytes + b])} << (8 * (b % 8));
+    }
+    for (std::size_t w = 0; w < words; ++w) {
+      summary.all[w] &= bits[w];
+      summary.any[w] |= bits[w];
     }
   }
   return summary;
@@ -162,7 +179,7 @@ CycleDecision Negotiator::decide(const CycleSummary& summary,
   const std::uint64_t cycle = cycle_++;
 
   // 1. Announcements: record them; a cached name announced with another signature loses its slot everywhere.
-  std::vector<bool> evicted(slots_.size(), false);
+  std::vector<std::uint64_t> evicted((slots_.size() + 63) / 64, 0);  // packed like the summary's bits
   if (summary.any_announcements) {
     GRADCOMP_CHECK_AS(CommError, announcements.size() == static_cast<std::size_t>(size_),
                       "negotiation on rank {}: {} announcement blobs for {} ranks", rank_, announcements.size(),
@@ -175,7 +192,7 @@ CycleDecision Negotiator::decide(const CycleSummary& summary,
         Signature signature = get_signature(reader);
         auto it = index_.find(name);
         if (it != index_.end()) {
-          evicted[it->second] = true;
+          evicted[it->second / 64] |= std::uint64_t{1} << (it->second % 64);
           evict(name);
         }
         Announced& entry = table_[name];
@@ -188,28 +205,36 @@ CycleDecision Negotiator::decide(const CycleSummary& summary,
     }
   }
 
-  // 2. Cached slots that every rank marked, in slot order.
-  for (std::size_t s = 0; s < slots_.size(); ++s) {
-    if (!slots_[s].valid || evicted[s]) continue;
-    int count = 0;
-    for (int r = 0; r < size_; ++r) count += summary.bits[r][s];
-    if (count == size_) {
+  // 2. Cached slots that every rank marked, in slot order; slots some ranks marked wait, up to the deadline.
+  partial_.resize(summary.all.size(), 0);
+  for (std::size_t w = 0; w < summary.all.size(); ++w) {
+    const std::uint64_t live = ~evicted[w];
+    const std::uint64_t partial = summary.any[w] & ~summary.all[w] & live;
+    for_each_bit(summary.all[w] & live, w, [&](std::size_t s) {
+      if (!slots_[s].valid) return;
       decision.ready.push_back({slots_[s].name, slots_[s].signature});
       slots_[s].partial_since = UINT64_MAX;
-    } else if (count == 0) {
-      slots_[s].partial_since = UINT64_MAX;
-    } else if (slots_[s].partial_since == UINT64_MAX) {
-      slots_[s].partial_since = cycle;
-    } else if (slots_[s].partial_since < summary.expire_before) {
-      std::vector<int> missing;
-      for (int r = 0; r < size_; ++r) {
-        if (!summary.bits[r][s]) missing.push_back(r);
+    });
+    // Slots partial before and not now (ready, or withdrawn everywhere) start over.
+    for_each_bit(partial_[w] & ~partial, w, [&](std::size_t s) { slots_[s].partial_since = UINT64_MAX; });
+    partial_[w] = 0;
+    for_each_bit(partial, w, [&](std::size_t s) {
+      if (!slots_[s].valid) return;
+      if (slots_[s].partial_since == UINT64_MAX) {
+        slots_[s].partial_since = cycle;
+      } else if (slots_[s].partial_since < summary.expire_before) {
+        std::vector<int> missing;
+        for (int r = 0; r < size_; ++r) {
+          if (((summary.bits[r][w] >> (s % 64)) & 1u) == 0) missing.push_back(r);
+        }
+        decision.failed.push_back({slots_[s].name, true,
+                                   fmt::format("tensor '{}' was not submitted by rank(s) {} within the timeout",
+                                               slots_[s].name, fmt::join(missing, ","))});
+        slots_[s].partial_since = UINT64_MAX;
+        return;
       }
-      decision.failed.push_back({slots_[s].name, true,
-                                 fmt::format("tensor '{}' was not submitted by rank(s) {} within the timeout",
-                                             slots_[s].name, fmt::join(missing, ","))});
-      slots_[s].partial_since = UINT64_MAX;
-    }
+      partial_[w] |= std::uint64_t{1} << (s % 64);
+    });
   }
 
   // 3. Announced names: complete when every rank announced; expired when rank 0's deadline passed.
@@ -255,12 +280,7 @@ CycleDecision Negotiator::decide(const CycleSummary& summary,
 
 bool Negotiator::quiet(const CycleSummary& summary) const {
   if (summary.any_announcements || !table_.empty()) return false;
-  for (const auto& rank_bits : summary.bits) {
-    for (std::uint8_t bit : rank_bits) {
-      if (bit != 0) return false;
-    }
-  }
-  return true;
+  return std::all_of(summary.any.begin(), summary.any.end(), [](std::uint64_t word) { return word == 0; });
 }
 
 }  // namespace gradcomp::runtime

@@ -60,13 +60,15 @@ struct CycleDecision {
   bool shutdown = false;             // every rank asked to stop
 };
 
-// Flags gathered from every rank's message.
+// Flags gathered from every rank's message. Cache bits are packed 64 slots to a word (slot s: bit s % 64 of word
+// s / 64), so a cycle costs a few word operations per 64 cached names whatever their count.
 struct CycleSummary {
   bool any_announcements = false;
   bool all_shutdown = false;
   std::uint64_t expire_before = 0;      // rank 0's
   std::uint64_t fusion_threshold = 0;   // rank 0's: every rank fuses with the same threshold in a cycle
-  std::vector<std::vector<std::uint8_t>> bits;  // per rank, one byte per cache slot (unpacked)
+  std::vector<std::vector<std::uint64_t>> bits;  // per rank: its cache bits
+  std::vector<std::uint64_t> all, any;           // the ranks' bits ANDed (ready everywhere) and ORed
 };
 
 class Negotiator {
@@ -115,6 +117,9 @@ class Negotiator {
 
   void evict(const std::string& name);
   void insert(const std::string& name, const Signature& signature);
+
+  // Cache slots some but not all ranks marked (Slot::partial_since is set), packed like CycleSummary::bits.
+  std::vector<std::uint64_t> partial_;
 
   int rank_, size_;
   std::size_t capacity_;

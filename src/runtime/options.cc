@@ -29,6 +29,10 @@ double default_idle_cycle_max_ms() {
   return env::number("GRADCOMP_IDLE_CYCLE_MAX_MS", 0, 1e9, "milliseconds").value_or(50.0);
 }
 
+int default_pipeline_lanes() {
+  return static_cast<int>(env::integer("GRADCOMP_PIPELINE_LANES", 0, 16, "lanes").value_or(2));
+}
+
 std::string Status::message() const {
   if (!error) return "";
   try {

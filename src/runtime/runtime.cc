@@ -25,6 +25,8 @@ Runtime::Impl::Impl(Communicator& comm, RuntimeOptions options)
   GRADCOMP_CHECK(options_.cycle_time_ms >= 0, "cycle_time_ms must be >= 0, got {}", options_.cycle_time_ms);
   GRADCOMP_CHECK(options_.idle_cycle_max_ms >= 0, "idle_cycle_max_ms must be >= 0, got {}",
                  options_.idle_cycle_max_ms);
+  GRADCOMP_CHECK(options_.pipeline_lanes >= 0 && options_.pipeline_lanes <= 16,
+                 "pipeline_lanes must be in [0, 16], got {}", options_.pipeline_lanes);
   for (const auto& rule : options_.policy.rules) canonical(rule.spec);
   canonical(options_.policy.default_spec.empty() ? "none" : options_.policy.default_spec);
   for (const auto& spec : options_.policy.auto_candidates) canonical(spec);
@@ -94,7 +96,9 @@ std::uint64_t Runtime::Impl::enqueue(std::string_view user_name, const TensorVie
   ++in_flight_;
   queue_.push_back(std::move(request));
   const std::uint64_t id = next_id_;
-  if (backing_off_) wake_cv_.notify_one();  // (under mutex_: the loop cannot miss it)
+  // The first tensor of a burst wakes a backed-off loop (under mutex_: it cannot miss it); the loop checks the queue
+  // before it sleeps again, so the rest of the burst need not (a wake-up is a system call per tensor).
+  if (backing_off_ && queue_.size() == 1) wake_cv_.notify_one();
   return id;
 }
 
@@ -157,7 +161,10 @@ void Runtime::Impl::shutdown() {
 RuntimeStats Runtime::Impl::stats(bool reset) {
   std::lock_guard lock(stats_mutex_);
   RuntimeStats out = stats_;
-  if (reset) stats_ = RuntimeStats{};
+  if (reset) {
+    stats_ = RuntimeStats{};
+    buffer_seqs_.clear();
+  }
   return out;
 }
 
@@ -223,7 +230,7 @@ std::string Runtime::Impl::canonical(const std::string& spec) {
   return value;
 }
 
-void Runtime::Impl::complete(Request& request, const Status& status) {
+void Runtime::Impl::complete(Request& request, const Status& status, bool notify) {
   {
     std::lock_guard lock(stats_mutex_);
     ++stats_.tensors;
@@ -251,7 +258,7 @@ void Runtime::Impl::complete(Request& request, const Status& status) {
     std::lock_guard lock(mutex_);
     --in_flight_;
   }
-  done_cv_.notify_all();
+  if (notify) done_cv_.notify_all();
 }
 
 void Runtime::Impl::fail_pending(const Status& status) {

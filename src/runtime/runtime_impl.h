@@ -1,6 +1,6 @@
 // Runtime::Impl, the fusion runtime's engine, shared by its parts: runtime.cc (the caller-facing calls: enqueue, wait,
-// synchronize, shutdown, stats), cycle.cc (the background thread: negotiation cycles and executing fusion groups)
-// and checkpoint.cc (save_state / load_state). Private to src/runtime.
+// synchronize, shutdown, stats), cycle.cc (the background thread: negotiation cycles, planning fusion groups and
+// running them there or on the pipeline's lanes) and checkpoint.cc (save_state / load_state). Private to src/runtime.
 #pragma once
 
 #include <atomic>
@@ -19,6 +19,7 @@
 #include "gradcomp/runtime.h"
 #include "src/runtime/executor.h"
 #include "src/runtime/negotiator.h"
+#include "src/runtime/pipeline.h"
 #include "src/runtime/timeline.h"
 
 namespace gradcomp {
@@ -75,8 +76,9 @@ class Runtime::Impl {
   runtime::Clock::duration wait_budget() const { return 3 * timeout_ + std::chrono::seconds(5); }
   // Canonical form of a spec, cached.
   std::string canonical(const std::string& spec);
-  // Completes one request: its handle or callback, then the in-flight count.
-  void complete(Request& request, const Status& status);
+  // Completes one request: its handle or callback, then the in-flight count; wakes the waiters unless `notify` is
+  // false (complete_all() wakes them once for a whole buffer).
+  void complete(Request& request, const Status& status, bool notify = true);
   template <typename E>
   Status error_status(const std::string& message) {
     return Status{std::make_exception_ptr(E(fmt::format("{} (rank {})", message, comm_.rank())))};
@@ -85,9 +87,30 @@ class Runtime::Impl {
   void fail_pending(const Status& status);
   // The background thread: one negotiation cycle after another until shutdown (cycle.cc).
   void loop();
-  // Runs the fusion groups of the tensors every rank has ready (cycle.cc).
+  // Runs the fusion groups of the tensors every rank has ready (cycle.cc): on this thread, or handed to the
+  // pipeline's lanes.
   void execute(const std::vector<runtime::ReadyTensor>& ready, runtime::Clock::time_point cycle_start,
                std::uint64_t threshold);
+  // Lanes for this runtime: options_.pipeline_lanes where the communicator allows threads, else 0 (cycle.cc).
+  int pipeline_lanes() const;
+  // Whether the pipeline holds the next cycle back (cycle.cc; background thread, mutex_ held).
+  bool held_back() const;
+
+  // One fusion group on its way through a lane: the prepared group and the requests it completes.
+  struct Job {
+    runtime::Executor::Prepared prepared;
+    std::vector<Request> requests;
+    std::uint64_t seq = 0;  // buffer number on this rank (stats keep buffers in this order)
+  };
+  // Runs `job` on a lane and completes its requests (cycle.cc).
+  void run_job(Job& job, runtime::Pipeline::Lane& lane);
+  // Records `error` as the runtime's fatal error (the first one wins), wakes the cycle thread (which then stops the
+  // runtime) and returns it as a status.
+  Status fail_runtime(std::exception_ptr error);
+  // Adds a finished buffer's record (buffer number `seq`) to the stats (when ok) and completes its requests with
+  // `status`.
+  void finish(std::vector<Request>& requests, BufferRecord record, const Status& status, std::uint64_t seq);
+  void complete_all(std::vector<Request>& requests, const Status& status);
 
   std::chrono::milliseconds timeout_;
   std::atomic<std::size_t> fusion_threshold_;
@@ -117,10 +140,14 @@ class Runtime::Impl {
   std::map<std::string, Compressor*> scopes_;                  // (mutex_) the compressor of each scope
   std::mutex stats_mutex_;
   RuntimeStats stats_;
+  std::vector<std::uint64_t> buffer_seqs_;  // (stats_mutex_) the buffer number of each of stats_.buffers
+  std::uint64_t buffer_seq_ = 0;            // next buffer number (background thread only)
   std::mutex join_mutex_;
   std::thread thread_;
 
   std::map<std::string, Request> pending_;  // background thread only
+  std::unique_ptr<runtime::Pipeline> pipeline_;  // background thread only; null: buffers run on that thread
+  std::uint64_t dispatched_ = 0;                 // buffers handed to lanes (background thread only)
 };
 
 }  // namespace gradcomp

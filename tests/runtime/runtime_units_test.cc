@@ -292,5 +292,57 @@ TEST(Negotiator, ExpiryAndShutdown) {
   EXPECT_TRUE(d[0].shutdown && d[1].shutdown);
 }
 
+// More cached names than one word of packed bits: the ready ones run in slot order across word boundaries, a name
+// some ranks marked waits (and joins once all did), and a cached name still partial at the deadline fails naming the
+// ranks that lack it.
+TEST(Negotiator, ManyCachedNamesAcrossWords) {
+  std::vector<Negotiator> ranks;
+  for (int r = 0; r < 3; ++r) ranks.emplace_back(r, 3, 300);
+  const Signature sig{10, DType::kF32, Device::cpu(), "none"};
+  std::vector<std::string> all;
+  for (int i = 0; i < 150; ++i) all.push_back(fmt::format("n{:03}", i));
+  for (auto& rank : ranks) {
+    for (const auto& name : all) rank.add_pending(name, sig);
+  }
+  auto d = run_cycle(ranks);
+  ASSERT_EQ(d[0].ready.size(), 150u);  // announced together: by name, and cached in that order
+  for (auto& rank : ranks) {
+    for (const auto& name : all) rank.remove_pending(name);
+  }
+  // Cached: ranks 0 and 1 mark every name, rank 2 the even ones (and n149).
+  for (int r = 0; r < 3; ++r) {
+    for (int i = 0; i < 150; ++i) {
+      if (r < 2 || i % 2 == 0 || i == 149) ranks[r].add_pending(all[i], sig);
+    }
+  }
+  d = run_cycle(ranks);
+  std::vector<std::string> evens;
+  for (int i = 0; i < 150; i += 2) evens.push_back(all[i]);
+  evens.push_back(all[149]);
+  for (auto& decision : d) EXPECT_EQ(names(decision), evens);
+  for (int r = 0; r < 3; ++r) {
+    for (const auto& name : evens) ranks[r].remove_pending(name);
+  }
+  // Rank 2 now marks the odd ones below 100: they run; 101..147 stay partial, then pass the deadline.
+  for (int i = 1; i < 100; i += 2) ranks[2].add_pending(all[i], sig);
+  d = run_cycle(ranks);
+  ASSERT_EQ(d[1].ready.size(), 50u);
+  EXPECT_EQ(d[1].ready.front().name, "n001");
+  EXPECT_EQ(d[1].ready.back().name, "n099");
+  EXPECT_TRUE(d[1].failed.empty());
+  for (int r = 0; r < 3; ++r) {
+    for (int i = 1; i < 100; i += 2) ranks[r].remove_pending(all[i]);
+  }
+  d = run_cycle(ranks, {}, /*expire_before=*/1);  // the partial slots became partial in cycle 1 (not before 1)
+  EXPECT_TRUE(d[0].failed.empty());
+  d = run_cycle(ranks, {}, /*expire_before=*/2);
+  for (auto& decision : d) {
+    ASSERT_EQ(decision.failed.size(), 24u);  // n101, n103, ..., n147
+    EXPECT_EQ(decision.failed.front().name, "n101");
+    EXPECT_NE(decision.failed.front().message.find("rank(s) 2"), std::string::npos);
+    EXPECT_TRUE(decision.ready.empty());
+  }
+}
+
 }  // namespace
 }  // namespace gradcomp::runtime

@@ -1,0 +1,66 @@
+// A Compressor seen through a mutex. The runtime's pipeline lanes run several buffers at once, and two of them may
+// use one codec instance (the runtime's codec of a spec, or an owner's compressor): each call into the codec takes
+// the instance's mutex, so the encode of buffer i+1 and the decode of buffer i-1 never touch its state (residuals,
+// scratch) together, while the communication between them runs unlocked. Private to src/runtime.
+#pragma once
+
+#include <memory>
+#include <mutex>
+
+#include "gradcomp/compressor.h"
+
+namespace gradcomp::runtime {
+
+class LockedCompressor final : public Compressor {
+ public:
+  // `inner` and `mutex` must outlive this object; every call on `inner` made through it holds `mutex`.
+  LockedCompressor(Compressor& inner, std::mutex& mutex) : inner_(inner), mutex_(mutex) {}
+
+  std::string_view name() const override { return inner_.name(); }
+  std::string spec() const override { return inner_.spec(); }
+  CompressorTraits traits() const override { return inner_.traits(); }
+  std::size_t max_payload_bytes(std::size_t numel) const override { return inner_.max_payload_bytes(numel); }
+  std::size_t payload_bound(std::size_t numel, std::span<const TensorSegment> segments) const override {
+    return inner_.payload_bound(numel, segments);
+  }
+  std::size_t compress(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx) override {
+    std::lock_guard lock(mutex_);
+    return inner_.compress(grad, out, ctx);
+  }
+  void decompress(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode) override {
+    std::lock_guard lock(mutex_);
+    inner_.decompress(payload, out, mode);
+  }
+  std::vector<std::byte> save_state() const override {
+    std::lock_guard lock(mutex_);
+    return inner_.save_state();
+  }
+  void load_state(std::span<const std::byte> state) override {
+    std::lock_guard lock(mutex_);
+    inner_.load_state(state);
+  }
+  void reset_state() override {
+    std::lock_guard lock(mutex_);
+    inner_.reset_state();
+  }
+  void set_threads(int threads) override {
+    std::lock_guard lock(mutex_);
+    inner_.set_threads(threads);
+  }
+  CompressStats last_stats() const override {
+    std::lock_guard lock(mutex_);
+    return inner_.last_stats();
+  }
+  // Rounds codecs (PowerSGD) keep state in the reduction between calls: the runtime runs all their buffers on one
+  // lane, so no second reduction of the same instance is ever in progress.
+  std::unique_ptr<RoundReduction> begin_rounds(const TensorView& tensor, const CompressContext& ctx) override {
+    std::lock_guard lock(mutex_);
+    return inner_.begin_rounds(tensor, ctx);
+  }
+
+ private:
+  Compressor& inner_;
+  std::mutex& mutex_;
+};
+
+}  // namespace gradcomp::runtime
