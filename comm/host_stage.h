@@ -105,7 +105,9 @@ class SpanStage {
   std::span<std::byte> recv_;
   std::span<std::byte> user_recv_;
   algorithms::Bytes send_host_{0}, recv_host_{0};  // pooled host blocks
-  bool staged_recv_ = false;
+#if GRADCOMP_WITH_CUDA
+  bool staged_recv_ = false;  // only CUDA builds stage (clang's -Wunused-private-field otherwise)
+#endif
 };
 
 }  // namespace gradcomp::comm

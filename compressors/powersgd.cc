@@ -202,6 +202,7 @@ std::size_t PowerSgdCompressor::write_payload(Step& step, const TensorView& grad
   const float* round1 = step.round1().data();
   const float* round2 = step.round2().data();
   for (const Block& block : step.blocks()) {
+    if (block.numel == 0) continue;  // an empty tensor: its rounds may have no storage at all (null data)
     if (block.rank == 0) {
       std::memcpy(dense, round1 + block.p_offset, block.numel * sizeof(float));
       dense += block.numel;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer decode target with clang (ASan + UBSan + libFuzzer) in build-fuzz/ and runs it for a bounded
-# time. Exits non-zero if the fuzzer finds a crash, a sanitizer error, a leak or a contract violation; the offending
-# input is saved under build-fuzz/artifacts/ (replay: build-fuzz/tests/fuzz/decode_fuzz <file>).
+# Builds the libFuzzer decode target with clang (ASan + UBSan + libFuzzer; warnings as errors, as in scripts/test.sh's
+# gcc build, so the project's only clang build also keeps clang's warnings out) in build-fuzz/ and runs it for a
+# bounded time. Exits non-zero if the fuzzer finds a crash, a sanitizer error, a leak or a contract violation; the
+# offending input is saved under build-fuzz/artifacts/ (replay: build-fuzz/tests/fuzz/decode_fuzz <file>).
 #
 # usage: scripts/fuzz.sh [SECONDS]   (default 60; scripts/test.sh --fuzz [SECONDS] runs this after installing clang)
 set -euo pipefail
@@ -17,7 +18,7 @@ command -v "$CXX" >/dev/null || { echo "fuzz.sh: $CXX not found (scripts/test.sh
 echo "[fuzz] configure $build_dir with $CXX"
 mkdir -p "$build_dir"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_C_COMPILER="$CC" -DCMAKE_CXX_COMPILER="$CXX" \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADCOMP_FUZZ=ON -DGRADCOMP_SANITIZE=ON -DGRADCOMP_WITH_CUDA=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADCOMP_FUZZ=ON -DGRADCOMP_SANITIZE=ON -DGRADCOMP_WITH_CUDA=OFF -DGRADCOMP_WERROR=ON \
   -DGRADCOMP_WITH_MPI=OFF -DGRADCOMP_WITH_PYTHON=OFF -DGRADCOMP_BUILD_BENCH=OFF -DGRADCOMP_NATIVE=OFF \
   >"$build_dir/configure.log" 2>&1 || { cat "$build_dir/configure.log"; exit 1; }
 echo "[fuzz] build decode_fuzz"

@@ -77,67 +77,61 @@ if [ $sanitize -eq 0 ]; then
 fi
 
 echo "[test] ctest ${label:+(label $label)}"
+# Fresh result files (a ctest that crashes must not leave an old run's results to be counted), a label that matches
+# nothing is an error, and the counting (scripts/test_summary.py) treats every test that did not run as failed unless
+# it declared a skip; pytest's in-file skips are reported from its own JUnit files (build/pytest-junit per pass).
 junit="$ROOT/$build_dir/ctest-junit.xml"
-set +e
-(cd "$build_dir" && ctest --output-on-failure -j 2 ${label:+-L "$label"} --output-junit "$junit")
-ctest_rc=$?
-set -e
+junit2="$ROOT/$build_dir/ctest-junit-torch2.xml"
+pytest_junit="$ROOT/$build_dir/pytest-junit"
+rm -rf "$junit" "$junit2" "$pytest_junit" "$pytest_junit-torch1"
+summary_args=()
+ctest_rc=0
+if [ "$label" != sim ]; then  # label sim lives in build-sim/ (below)
+  set +e
+  (cd "$build_dir" && ctest --output-on-failure -j 2 --no-tests=error ${label:+-L "$label"} --output-junit "$junit")
+  ctest_rc=$?
+  set -e
+  summary_args=("$junit" "$pytest_junit")
+fi
 
 # The torch2 label (the python tests that touch torch's API: tests/python/CMakeLists.txt) a second time on PyTorch
 # 2.x from PyPI (scripts/torch2-deps.sh; users run torch 2, Debian has 1.13). GRADCOMP_TORCH2_LABEL=python runs the
 # whole python label there instead (about 18 more minutes); GRADCOMP_TORCH2=0 leaves the pass out; where torch 2
 # cannot be installed the pass is reported skipped, with why.
-junits=("$junit")
 if [ $sanitize -eq 0 ] && { [ -z "$label" ] || [ "$label" = python ]; } && [ "${GRADCOMP_TORCH2:-1}" != 0 ]; then
   source scripts/torch2-deps.sh
   gradcomp_install_torch2
   if [ -n "${GRADCOMP_TORCH2_SKIP:-}" ]; then
     echo "[test] python label on torch 2: skipped ($GRADCOMP_TORCH2_SKIP)"
-    torch2_skipped=1
+    summary_args+=(--skipped "python label on torch 2 ($GRADCOMP_TORCH2_SKIP)")
   else
     torch2_label=${GRADCOMP_TORCH2_LABEL:-torch2}
     echo "[test] ctest (label $torch2_label) on torch $("$GRADCOMP_TORCH2_PYTHON" -c 'import torch; print(torch.__version__)' \
       2>/dev/null || true) ($GRADCOMP_TORCH2_PYTHON)"
-    junit2="$ROOT/$build_dir/ctest-junit-torch2.xml"
-    rm -f "$junit2"
+    # The first pass's pytest files move aside: the tests write to the same paths.
+    [ ! -d "$pytest_junit" ] || mv "$pytest_junit" "$pytest_junit-torch1"
+    summary_args=("$junit" "$pytest_junit-torch1" "$junit2" "$pytest_junit")
     set +e
     (cd "$build_dir" && GRADCOMP_TEST_PYTHON="$GRADCOMP_TORCH2_PYTHON" \
       LD_LIBRARY_PATH="$GRADCOMP_TORCH2_LD_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-      ctest --output-on-failure -j 2 -L "$torch2_label" -E "^python_pip_install$" --output-junit "$junit2")
+      ctest --output-on-failure -j 2 --no-tests=error -L "$torch2_label" -E "^python_pip_install$" \
+        --output-junit "$junit2")
     [ $? -ne 0 ] && ctest_rc=1
     set -e
-    junits+=("$junit2")
   fi
 fi
 
-counts=$(python3 - "${junits[@]}" <<'PY'
-import sys, xml.etree.ElementTree as ET
-passed = failed = skipped = 0
-cases = []
-for path in sys.argv[1:]:
-    try:
-        cases += list(ET.parse(path).getroot().iter("testcase"))
-    except Exception:
-        print("0 1 0"); sys.exit()
-for case in cases:
-    status = case.get("status", "run")
-    if case.find("failure") is not None or case.find("error") is not None:
-        failed += 1
-    elif case.find("skipped") is not None or status in ("notrun", "disabled"):
-        skipped += 1
-    else:
-        passed += 1
-print(passed, failed, skipped)
-PY
-)
-read -r passed failed skipped <<<"$counts"
-if [ $ctest_rc -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
-[ "${torch2_skipped:-0}" = 1 ] && skipped=$((skipped + 1))
 # Label sim: the simulated build (bench/sim, SimGrid's SMPI, installed unless GRADCOMP_SIM_DEPS=0); skipped without it.
 if [ $sanitize -eq 0 ] && { [ -z "$label" ] || [ "$label" = sim ]; }; then
   [ "${GRADCOMP_SIM_DEPS:-1}" = 0 ] || scripts/sim-deps.sh
-  read -r sim_passed sim_failed sim_skipped <<<"$(scripts/sim-test.sh)"
-  passed=$((passed + sim_passed)); failed=$((failed + sim_failed)); skipped=$((skipped + sim_skipped))
+  summary_args+=(--counts "$(scripts/sim-test.sh)" "label sim (build-sim/)")
 fi
-echo "$passed passed, $failed failed, $skipped skipped"
-[ "$failed" -eq 0 ]
+
+set +e
+python3 "$ROOT/scripts/test_summary.py" "${summary_args[@]}"
+summary_rc=$?
+set -e
+if [ $ctest_rc -ne 0 ] && [ $summary_rc -eq 0 ]; then
+  echo "[test] ctest exited $ctest_rc with no test counted failed: failing the run"; exit 1
+fi
+[ $summary_rc -eq 0 ]

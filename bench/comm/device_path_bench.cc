@@ -2,7 +2,9 @@
 // wall time of enqueue-all + synchronize), on CUDA tensors over a communicator that takes device memory (NCCL with
 // one rank when the build has it, else the in-process backend behind comm::stage_device_memory), or on host tensors
 // (--device cpu, runs anywhere). Also reports bytes staged through the host per step (0 on the device-resident
-// path) and compares every result with the host path's bits on the same input (#wrong; exit 1 on any). The tensors
+// path) and compares every result with the host path's bits on the same input (#wrong; exit 1 on any); on host
+// tensors, where the host runtime is the path measured, with the codec alone instead (device_path_reference.h: each
+// tensor compressed as if alone over the two steps, within the allreduce tests' bounds). The tensors
 // are matrices (rows: the largest divisor of a tensor's size up to its square root) for the shape-aware codecs
 // (powersgd); the others ignore the shape. A rounds codec (powersgd) on CUDA tensors multiplies with cuBLAS where
 // the host uses its BLAS (another summation order): its results are compared within 1e-4 of each tensor's largest
@@ -18,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/comm/device_path_reference.h"
 #include "comm/device_staging.h"
 #include "gradcomp/config.h"
 #include "gradcomp/error.h"
@@ -55,7 +58,8 @@ void usage() {
       "Columns: device, comm, spec, numel, tensors, s/step, GB/s (gradient bytes per second), staged bytes/step,\n"
       "buffers/step, allocs (blocks of working memory obtained after the warm-up: 0 in steady state), #wrong (elements\n"
       "whose bits differ from the host runtime's on the same input; for a rounds codec such as powersgd on CUDA tensors,\n"
-      "elements off by more than 1e-4 of their tensor's largest |value|).\n"
+      "elements off by more than 1e-4 of their tensor's largest |value|; on --device cpu, elements off the codec's own\n"
+      "result for each tensor alone, within the tests' bounds).\n"
       "Each tensor is a matrix of rows = the largest divisor of its size up to its square root.");
 }
 
@@ -200,12 +204,21 @@ int run(const Config& config) {
       }
       wrong = 0;
       const bool tolerance = cuda && compared_with_tolerance(spec);
-      for (std::size_t t = 0; t < views.size(); ++t) {
+      if (!cuda) {
+        // Host tensors: the host runtime is the path under test, so the reference is the codec alone.
+        std::vector<std::size_t> rows;
+        for (const auto& values : inputs) rows.push_back(rows_of(values.size()));
+        const auto expected_values = bench::one_rank_reference(spec, inputs, rows);
+        for (std::size_t t = 0; t < views.size(); ++t) {
+          wrong += static_cast<long long>(
+              testing::count_outside(host[t], expected_values[t].values, expected_values[t].bounds));
+        }
+      }
+      for (std::size_t t = 0; cuda && t < views.size(); ++t) {
         std::vector<float> got(host[t].size());
 #if GRADCOMP_WITH_CUDA
-        if (cuda) cudaMemcpy(got.data(), device_memory[t], got.size() * sizeof(float), cudaMemcpyDeviceToHost);
+        cudaMemcpy(got.data(), device_memory[t], got.size() * sizeof(float), cudaMemcpyDeviceToHost);
 #endif
-        if (!cuda) got = host[t];
         if (tolerance) {
           double largest = 0;
           for (float v : reference[t]) largest = std::max(largest, std::fabs(static_cast<double>(v)));

@@ -309,9 +309,9 @@ extern "C" void* memset(void* to, int value, std::size_t n) noexcept {
 }
 
 namespace gradcomp::perf {
-void fill_gradient_real(std::vector<float>& values, int rank);  // bench/comm/perf/perf_reference.cc, renamed
-void fill_gradient(std::vector<float>& values, int rank) {
+void fill_gradient_real(std::vector<float>& values, int rank, bool grid);  // perf_reference.cc, renamed
+void fill_gradient(std::vector<float>& values, int rank, bool grid) {
   if (folded(values.data(), values.size() * sizeof(float))) return;
-  fill_gradient_real(values, rank);
+  fill_gradient_real(values, rank, grid);
 }
 }  // namespace gradcomp::perf

@@ -114,6 +114,7 @@ void init_comm(nb::module_& m) {
       },
       "timeout_s"_a = 60.0);
   m.attr("has_nccl") = static_cast<bool>(GRADCOMP_WITH_NCCL);
+  m.attr("has_cuda") = static_cast<bool>(GRADCOMP_WITH_CUDA);  // hvd.cuda_built()
   m.def(
       "make_nccl_communicator",
       [](Communicator& bootstrap, int device) {

@@ -1,5 +1,6 @@
 // compressed_allreduce under mpirun: the same reference checks as on comm/local, every algorithm and codec, sizes
-// not divisible by the rank count, 0 and 1 elements; agreement failures; hierarchical with GRADCOMP_LOCAL_SIZE.
+// not divisible by the rank count, 0 and 1 elements; agreement failures; hierarchical with GRADCOMP_LOCAL_SIZE against
+// its own reference (tests/comm/hierarchical_check.h), every codec.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -9,6 +10,7 @@
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
 #include "tests/comm/allreduce_check.h"
+#include "tests/comm/hierarchical_check.h"
 #include "tests/comm/mpi_world.h"
 
 namespace gradcomp {
@@ -101,26 +103,8 @@ TEST(MpiAllreduce, HierarchicalWithEmulatedNodes) {
   EXPECT_EQ(groups.node->size(), comm.rank() / 2 * 2 + 2 <= comm.size() ? 2 : 1);
   EXPECT_EQ(groups.leaders != nullptr, comm.rank() % 2 == 0);
   EXPECT_EQ(groups.node_count, (comm.size() + 1) / 2);
-  for (const std::string& spec : testing::registered_specs()) {
-    auto codec = make_compressor(spec);
-    const std::size_t numel = 2049;
-    auto grad = testing::make_gradient(numel, comm.rank(), 0);
-    AllreduceOptions options;
-    options.hierarchical = true;
-    options.nodes = &groups;
-    compressed_allreduce(*child, *codec, TensorView::of(std::span(grad)), "hier", options);
-    const auto all = testing::gather_floats(comm, grad);
-    for (int r = 1; r < comm.size(); ++r) {
-      EXPECT_EQ(std::memcmp(all.data(), all.data() + r * numel, numel * 4), 0) << spec << " rank " << r;
-    }
-    if (spec == "none") {
-      for (std::size_t i = 0; i < 50; ++i) {
-        double expected = 0;
-        for (int r = 0; r < comm.size(); ++r) expected += testing::make_gradient(numel, r, 0)[i];
-        EXPECT_NEAR(grad[i], expected / comm.size(), 1e-5 * std::fabs(expected) + 1e-12) << i;
-      }
-    }
-  }
+  for (const std::string& spec : testing::registered_specs()) testing::check_hierarchical(*child, groups, spec, 32, 64);
+  testing::check_hierarchical(*child, groups, "topk:ratio=0.05", 1, 2049, 2, ReduceOp::kSum);
 }
 
 }  // namespace

@@ -128,7 +128,7 @@ def expected_grads(ref_comps, model, batches, step, world):
     """Reference of per-parameter exchanges (DistributedOptimizer): C++ codecs through reference_allreduce under each
     parameter's name; Python codecs with Horovod semantics (each rank's payload averaged, decoded with its ctx)."""
     local = local_grads(model, batches, world)
-    expected = {}
+    expected = Expected(local, world)
     for name, p in model.named_parameters():
         if not ref_comps[0].is_python:
             # As the optimizer hands a parameter over: a matrix of its first dimension's rows when it has two or
@@ -148,7 +148,7 @@ def expected_grads(ref_comps, model, batches, step, world):
 def expected_bucket_grads(ref_comps, local, buckets, world, hierarchical=False):
     """Reference of the DDP hook: every recorded bucket (name, [(parameter, offset, numel)], step) exchanged whole by
     reference_allreduce with its segments, as the hook hands it to the C++ algorithms; {parameter: gradient}."""
-    expected = {}
+    expected = Expected(local, world)
     for name, segments, step in buckets:
         flats = [torch.cat([local[r][s[0]] for s in segments]) for r in range(world)]
         out = reference_allreduce(ref_comps, flats, name, step, segments, hierarchical=hierarchical)[0]
@@ -157,7 +157,23 @@ def expected_bucket_grads(ref_comps, local, buckets, world, hierarchical=False):
     return expected
 
 
+class Expected(dict):
+    """{parameter: expected gradient}, with `magnitude`: {parameter: sum over ranks of |local gradient| / world}, the
+    size of the terms a dense sum adds for each element."""
+
+    def __init__(self, local, world):
+        super().__init__()
+        self.world = world
+        self.magnitude = {n: sum(local[r][n].double().abs() for r in range(world)) / world for n in local[0]}
+
+
+# Unit roundoff of the half-precision codecs' wire dtype (dense sums, bounded per element in assert_grads_match).
+HALF_UNIT = {"fp16": 2.0 ** -11, "pyhalf": 2.0 ** -11, "bf16": 2.0 ** -8}
+
+
 def tolerance(spec):
+    """Largest error relative to the expected tensor's largest magnitude (assert_grads_match bounds the half-precision
+    codecs per element instead)."""
     name = spec.split(":")[0]
     if name in ("fp16", "pyhalf"):
         return 2e-3
@@ -168,11 +184,33 @@ def tolerance(spec):
     return 1e-5
 
 
+def half_sum_bounds(spec, magnitude, world):
+    """Per-element bound of a half-precision dense sum against the reference's sum of the same terms (its own rounding
+    too): each is within gamma_{n-1} = (n-1)u / (1-(n-1)u) of the terms' magnitude of the exact sum (Higham, eq. 4.4),
+    plus two roundings of each input (the codec's, and the order in which prescale and rounding apply, which may
+    differ between the two sides), plus the error-feedback residual carried into the terms (at most one rounding of
+    an earlier value: 4u of the largest magnitude) and half a subnormal per rounding (tests/comm/sum_bound.h in C++)."""
+    u = HALF_UNIT[spec.split(":")[0]]
+    k = world - 1
+    gamma = k * u / (1 - k * u)
+    tiny = 2.0 ** -24 if u == 2.0 ** -11 else 2.0 ** -133
+    floor = 4 * u * float(magnitude.max()) if magnitude.numel() else 0.0
+    return (2 * gamma + 2 * u) * (magnitude + floor) + 2 * world * tiny
+
+
 def assert_grads_match(model, expected, spec, rank, step):
     for name, p in model.named_parameters():
         got = p.grad.view(-1)
-        scale = float(expected[name].abs().max()) + 1e-12
-        err = float((got - expected[name]).abs().max()) / scale
+        want = expected[name].view(-1)
+        if spec.split(":")[0] in HALF_UNIT and isinstance(expected, Expected):
+            bound = half_sum_bounds(spec, expected.magnitude[name].view(-1), expected.world)
+            outside = ((got.double() - want.double()).abs() > bound).nonzero().view(-1)
+            assert outside.numel() == 0, (f"rank {rank} spec {spec} step {step} param {name}: {outside.numel()} "
+                                          f"elements outside their bound, first {int(outside[0])}: got "
+                                          f"{float(got[outside[0]])}, want {float(want[outside[0]])}")
+            continue
+        scale = float(want.abs().max()) + 1e-12
+        err = float((got - want).abs().max()) / scale
         assert err <= tolerance(spec), f"rank {rank} spec {spec} step {step} param {name}: relative error {err:.3g}"
 
 

@@ -92,7 +92,29 @@ if not torch.equal(root, flat):
 if not losses[-1] < 0.7 * losses[0]:
     print(f"rank {hvd.rank()}: loss did not decrease enough: {losses}", flush=True)
     ok = False
-if hvd.size() > 1 and len(set(hvd.broadcast_object(losses[-1], 0) for _ in range(1))) != 1:
+if len(set(hvd.allgather_object(losses[-1]))) != 1:  # metric_average: the same value on every rank
+    print(f"rank {hvd.rank()}: the averaged losses differ across ranks: {hvd.allgather_object(losses[-1])}", flush=True)
+    ok = False
+# One step of known result through the same compression: a fresh DistributedOptimizer (its own codec state) on a
+# 10x10 weight whose gradient on rank r is (r + 1) * G, G = 2 e_0 b^T with b of +-1, +-0.5: 10 non-zeros (what topk
+# at ratio 0.1 keeps), rank one (what powersgd reconstructs), dyadic (exact in float16). SGD with lr 1 must move the
+# weight by exactly mean(r + 1) * G (powersgd: within 1e-5 of its largest value): a halved or dropped sum fails.
+known = torch.nn.Linear(10, 10, bias=False)
+hvd.broadcast_parameters(known.state_dict(), root_rank=0)
+known_opt = hvd.DistributedOptimizer(optim.SGD(known.parameters(), lr=1.0),
+                                     named_parameters=[("known.weight", known.weight)], compression=compression)
+G = torch.zeros(10, 10)
+G[0] = 2 * torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, 1.0, -0.5, 0.5, -1.0, 1.0])
+before = known.weight.detach().clone()
+known_opt.zero_grad()
+(known.weight * ((hvd.rank() + 1) * G)).sum().backward()
+known_opt.step()
+want = before - (hvd.size() + 1) / 2 * G
+err = float((known.weight.detach() - want).abs().max())
+allowed = 1e-5 * float(G.abs().max()) if "powersgd" in str(args.compression) else 0.0
+if not err <= allowed:
+    print(f"rank {hvd.rank()}: a known step ({args.compression}) is off by {err:.3g} (allowed {allowed:g})",
+          flush=True)
     ok = False
 # Sum and Average through the backend's compressed path (a spec string takes it; Compression.none is the plain
 # allreduce): dyadic values, exact in any summation order, and a subnormal that an average scaled back by the world

@@ -323,12 +323,41 @@ def check_process_sets(rank, size):
     assert hvd.global_process_set.size() == size and hvd.global_process_set.rank() == rank
 
 
+def _build_config():
+    """{GRADCOMP_WITH_X: 0|1} from the build tree's generated config.h (the tests run against the build tree), or
+    None when the package is not a build tree's."""
+    path = os.path.join(os.path.dirname(gradcomp.__file__), "..", "..", "generated", "include", "gradcomp",
+                        "config.h")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        words = [line.split() for line in f]
+    return {w[1]: int(w[2]) for w in words if len(w) == 3 and w[1].startswith("GRADCOMP_WITH")}
+
+
 def check_topology(rank, size):
     assert hvd.cross_size() * hvd.local_size() >= size and 0 <= hvd.cross_rank() < hvd.cross_size()
-    assert hvd.is_homogeneous() in (True, False)
-    for f in (hvd.mpi_built, hvd.nccl_built, hvd.gloo_built, hvd.cuda_built, hvd.rocm_built, hvd.ddl_built,
-              hvd.ccl_built, hvd.mpi_enabled, hvd.gloo_enabled, hvd.mpi_threads_supported):
-        assert f() in (True, False), f
+    # Nodes of k ranks (GRADCOMP_LOCAL_SIZE, read on each call): homogeneous exactly when k divides the world.
+    saved = os.environ.get("GRADCOMP_LOCAL_SIZE")
+    try:
+        for k in (1, 2, 3, size):
+            os.environ["GRADCOMP_LOCAL_SIZE"] = str(k)
+            assert hvd.is_homogeneous() == (size % k == 0), (k, size)
+            assert (hvd.cross_rank(), hvd.cross_size()) == (rank // k, (size + k - 1) // k), (k, size)
+    finally:
+        if saved is None:
+            os.environ.pop("GRADCOMP_LOCAL_SIZE", None)
+        else:
+            os.environ["GRADCOMP_LOCAL_SIZE"] = saved
+    # Build flags against the build's own configuration and what gradcomp never has.
+    config = _build_config()
+    if config is not None:
+        assert hvd.mpi_built() == bool(config["GRADCOMP_WITH_MPI"])
+        assert hvd.nccl_built() == bool(config["GRADCOMP_WITH_NCCL"])
+        assert hvd.cuda_built() == bool(config["GRADCOMP_WITH_CUDA"] or config["GRADCOMP_WITH_NCCL"])
+    assert hvd.gloo_built() == torch.distributed.is_gloo_available()
+    assert (hvd.rocm_built(), hvd.ddl_built(), hvd.ccl_built()) == (False, False, False)
+    assert hvd.mpi_threads_supported() == hvd.mpi_enabled()
     assert hvd.mpi_enabled() == (hvd.backend() in ("mpi", "runtime"))
     assert hvd.gloo_enabled() == (hvd.backend() == "torch")
     assert issubclass(hvd.HorovodInternalError, gradcomp.CommError)

@@ -1,15 +1,17 @@
-// The fusion runtime under mpirun: ordering across processes, fused == unfused for a summable codec, and a size
-// mismatch raising on every rank.
+// The fusion runtime under mpirun: ordering across processes, fused == unfused for a summable codec and both the
+// average of every rank's input, and a size mismatch raising on every rank.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <numeric>
 #include <random>
 
 #include "gradcomp/error.h"
 #include "gradcomp/runtime.h"
 #include "tests/comm/mpi_world.h"
+#include "tests/comm/sum_bound.h"
 
 namespace gradcomp {
 namespace {
@@ -73,6 +75,28 @@ TEST(RuntimeMpi, FusedEqualsUnfusedAndMismatchRaises) {
   for (std::size_t t = 0; t < sizes.size(); ++t) {
     for (std::size_t i = 0; i < sizes[t]; ++i) {
       ASSERT_EQ(std::bit_cast<std::uint32_t>(results[0][t][i]), std::bit_cast<std::uint32_t>(results[1][t][i]));
+    }
+  }
+  // Both are the average of every rank's input (each rank's draws rebuilt here), within the f32 sum's bound.
+  const int n = comm.size();
+  std::vector<std::vector<float>> inputs(n);
+  for (int r = 0; r < n; ++r) {
+    std::mt19937 rng(3 + r);
+    std::normal_distribution<float> normal;
+    for (std::size_t t = 0; t < sizes.size(); ++t) {
+      for (std::size_t i = 0; i < sizes[t]; ++i) inputs[r].push_back(normal(rng));
+    }
+  }
+  std::size_t flat = 0;
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    for (std::size_t i = 0; i < sizes[t]; ++i, ++flat) {
+      double exact = 0, magnitude = 0;
+      for (int r = 0; r < n; ++r) {
+        exact += inputs[r][flat];
+        magnitude += std::fabs(inputs[r][flat]);
+      }
+      const double bound = testing::sum_error_bound(DType::kF32, n, magnitude / n, /*rounded_inputs=*/true);
+      ASSERT_LE(std::fabs(results[1][t][i] - exact / n), bound) << "tensor " << t << " element " << i;
     }
   }
 }

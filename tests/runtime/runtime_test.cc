@@ -21,6 +21,7 @@
 #include "gradcomp/registry.h"
 #include "gradcomp/runtime.h"
 #include "tests/comm/local_harness.h"
+#include "tests/comm/sum_bound.h"
 #include "tests/runtime/json_check.h"
 
 namespace gradcomp {
@@ -75,18 +76,25 @@ TEST(Runtime, TwoHundredTensorsInDifferentOrdersCompleteCorrectly) {
   });
 }
 
+// Rank `rank`'s tensors of `sizes` at `step` (normal values; every rank can rebuild every rank's).
+std::vector<std::vector<float>> step_inputs(int rank, int step, const std::vector<std::size_t>& sizes) {
+  std::mt19937 rng(77 + 1000 * rank + step);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<float>> data(sizes.size());
+  for (std::size_t t = 0; t < sizes.size(); ++t) {
+    data[t].resize(sizes[t]);
+    for (float& v : data[t]) v = normal(rng);
+  }
+  return data;
+}
+
 // Runs `steps` of allreduce over `sizes` with fusion threshold `threshold`; returns the results of the last step.
 std::vector<std::vector<float>> reduce_steps(Communicator& comm, const std::string& spec, std::size_t threshold,
                                              const std::vector<std::size_t>& sizes, int steps) {
   Runtime rt(comm, quiet_options(threshold));
   std::vector<std::vector<float>> data(sizes.size());
   for (int step = 0; step < steps; ++step) {
-    std::mt19937 rng(77 + 1000 * comm.rank() + step);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    for (std::size_t t = 0; t < sizes.size(); ++t) {
-      data[t].resize(sizes[t]);
-      for (float& v : data[t]) v = normal(rng);
-    }
+    data = step_inputs(comm.rank(), step, sizes);
     for (std::size_t t = 0; t < sizes.size(); ++t) {
       rt.allreduce_async(fmt::format("t{}", t), TensorView::of(std::span<float>(data[t])), spec);
     }
@@ -109,6 +117,25 @@ TEST(Runtime, FusedAndUnfusedIdenticalForSummableCodecs) {
     run_ranks(3, [&](Communicator& comm) {
       const auto fused = reduce_steps(comm, spec, std::size_t{64} << 20, sizes, 2);
       const auto unfused = reduce_steps(comm, spec, 0, sizes, 2);
+      // The last step's average of every rank's input, within the wire dtype's sum bound (sum_bound.h) over the
+      // terms of both steps (with error feedback the second step also sends what the first one's rounding kept).
+      const DType wire = make_compressor(spec)->traits().wire_dtype;
+      std::vector<std::vector<std::vector<float>>> inputs[2];
+      for (int r = 0; r < comm.size(); ++r) {
+        for (int step = 0; step < 2; ++step) inputs[step].push_back(step_inputs(r, step, sizes));
+      }
+      for (std::size_t t = 0; t < sizes.size(); ++t) {
+        for (std::size_t i = 0; i < sizes[t]; ++i) {
+          double exact = 0, magnitude = 0;
+          for (int r = 0; r < comm.size(); ++r) {
+            exact += inputs[1][r][t][i];
+            magnitude += std::fabs(inputs[1][r][t][i]) + 2 * std::fabs(inputs[0][r][t][i]);
+          }
+          const double n = comm.size();
+          const double bound = testing::sum_error_bound(wire, comm.size(), magnitude / n, /*rounded_inputs=*/true);
+          ASSERT_LE(std::fabs(fused[t][i] - exact / n), bound) << "tensor " << t << " element " << i;
+        }
+      }
       for (std::size_t t = 0; t < sizes.size(); ++t) {
         ASSERT_EQ(fused[t].size(), unfused[t].size());
         for (std::size_t i = 0; i < sizes[t]; ++i) {

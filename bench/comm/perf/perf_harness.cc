@@ -15,6 +15,8 @@
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
 #include "kernels/philox_ops.cuh"
+#include "tests/comm/flat_reference.h"
+#include "tests/comm/sum_bound.h"
 
 namespace gradcomp::perf {
 namespace {
@@ -52,24 +54,20 @@ RowPlan plan_row(const Config& config, const std::string& spec) {
   return {false, resolve_algorithm(make_compressor(spec)->traits(), config.algorithm)};
 }
 
-// Checks the first call's result against the reference on every rank (fills max_error and wrong).
-void check_row(Communicator& comm, const Config& config, const Compressor& codec, const RowPlan& plan,
-               const std::vector<float>& tensor, Row& row) {
-  const int n = comm.size();
+// Checks the first call's result against the reference on every rank (fills max_error and wrong). `groups`: the
+// node groups when the first call ran hierarchical, else null.
+void check_row(Communicator& comm, const Config& config, const RowPlan& plan, const std::vector<float>& tensor,
+               NodeGroups* groups, Row& row) {
   row.wrong = -1;
-  // A lossy codec in hierarchical (or auto) mode compresses node sums: no closed form.
-  if (!config.check || ((config.hierarchical || config.hierarchy_auto) && row.spec != "none")) return;
-  const auto ref = reference(row.spec, plan.algorithm, plan.plain, tensor.size(), n);
+  if (!config.check) return;
+  const auto nodes = groups != nullptr ? testing::node_members(comm, *groups) : std::vector<std::vector<int>>{};
+  const std::size_t rows = config.rows && tensor.size() % config.rows == 0 ? config.rows : 0;
+  const bool grid = config.hierarchical || config.hierarchy_auto;  // as run_row fills the gradient
+  const auto ref = reference(row.spec, plan.algorithm, plan.plain, tensor.size(), rows, comm.size(), nodes, grid);
   if (!ref) return;
-  double scale = 0;
-  for (float v : *ref) scale = std::max(scale, static_cast<double>(std::fabs(v)));
-  const double tolerance = relative_tolerance(codec, plan.algorithm, config.hierarchical, n) * scale + 1e-30;
-  long long wrong = 0;
-  for (std::size_t i = 0; i < tensor.size(); ++i) {
-    const double error = std::fabs(static_cast<double>(tensor[i]) - (*ref)[i]);
-    row.max_error = std::max(row.max_error, error);
-    wrong += !(error <= tolerance);
-  }
+  double max_error = 0;
+  const long long wrong = static_cast<long long>(testing::count_outside(tensor, ref->values, ref->bounds, &max_error));
+  row.max_error = max_error;
   std::int32_t total = static_cast<std::int32_t>(std::min<long long>(wrong, 1 << 30));
   comm.allreduce(TensorView(&total, 1, DType::kI32), ReduceOp::kMax);
   row.wrong = std::max<long long>(wrong, total);
@@ -89,7 +87,7 @@ Row run_row(Communicator& comm, const Config& config, const std::string& spec, s
   row.algorithm = plan.plain ? comm.backend() + "-allreduce" : std::string(algorithm_name(plan.algorithm));
 
   std::vector<float> grad(numel), tensor(numel);
-  fill_gradient(grad, comm.rank());
+  fill_gradient(grad, comm.rank(), /*grid=*/config.hierarchical || config.hierarchy_auto);
   AllreduceOptions options;
   options.algorithm = plan.algorithm;
   options.hierarchical = config.hierarchical;
@@ -114,7 +112,7 @@ Row run_row(Communicator& comm, const Config& config, const std::string& spec, s
   const AllreduceStats first = call(0);
   row.wire_bytes = first.wire_bytes;
   if (options.hierarchy_auto) row.algorithm += first.hierarchical ? "+hier" : "+flat";
-  check_row(comm, config, *codec, plan, tensor, row);
+  check_row(comm, config, plan, tensor, first.hierarchical ? groups : nullptr, row);
   // All ranks identical: compare a hash of the result.
   row.identity_checked = config.check;
   const std::uint64_t hash = kernels::fnv1a64(reinterpret_cast<const char*>(tensor.data()), numel * sizeof(float));

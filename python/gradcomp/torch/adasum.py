@@ -103,9 +103,9 @@ class _TorchTransport:
 
     def allgather(self, send):
         recv = torch.empty(self.size, send.numel(), dtype=send.dtype)
-        rows = list(recv.unbind(0))
-        dist.all_gather(rows, send)
-        keep_for_torch(rows, send)
+        rows, sent = list(_gatherable(recv).unbind(0)), _gatherable(send)
+        dist.all_gather(rows, sent)
+        keep_for_torch(rows, sent)
         return recv
 
     def allgatherv(self, send, counts, recv):
@@ -115,13 +115,20 @@ class _TorchTransport:
         padded = torch.zeros(longest, dtype=send.dtype)
         padded[:send.numel()].copy_(send)
         blocks = torch.empty(self.size, longest, dtype=send.dtype)
-        rows = list(blocks.unbind(0))
-        dist.all_gather(rows, padded)
-        keep_for_torch(rows, padded)
+        rows, sent = list(_gatherable(blocks).unbind(0)), _gatherable(padded)
+        dist.all_gather(rows, sent)
+        keep_for_torch(rows, sent)
         offset = 0
         for r, c in enumerate(counts):
             recv[offset:offset + c].copy_(blocks[r, :c])
             offset += c
+
+
+def _gatherable(t):
+    """`t` as a dtype every torch.distributed backend gathers: gloo (torch 1.13) has no bfloat16 or int16 collectives
+    ("Invalid scalar type"), so bfloat16 travels as its bytes (a gather only moves them; the last dimension
+    doubles)."""
+    return t.view(torch.uint8) if t.dtype == torch.bfloat16 else t
 
 
 def _bytes(t):
