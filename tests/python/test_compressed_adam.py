@@ -52,7 +52,8 @@ def _other_world_worker(rank, world, url, folder):
                              named_parameters=model.named_parameters())
     with pytest.raises(gradcomp.InvalidArgument, match="rank 0 of 1: the state was saved by rank 0 of 2"):
         opt.load_state_dict(torch.load(os.path.join(folder, "rank0.pt")))
-    assert opt._step_count_gc == 0 and opt.phase == "warmup" and not opt.state  # nothing changed
+    assert opt._step_count_gc == 0 and opt.phase == "warmup"  # nothing changed
+    assert not any(bool(s["exp_avg"].any()) for s in opt.state.values())
     hvd.shutdown()
 
 
@@ -89,6 +90,10 @@ def _wrapper_worker(rank, world, url):
     opt = hvd.DistributedOptimizer(adamw, named_parameters=model.named_parameters(), compression="onebit",
                                    exchange="momentum", exchange_options=dict(warmup=2, verbose=False))
     assert isinstance(opt, hvd.CompressedAdam) and opt.rule == "adamw" and opt.param_groups[0] is adamw.param_groups[0]
+    before = [p.detach().clone() for p in model.parameters()]
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)  # Horovod's start: no step taken, every rank's state rank 0's
+    assert opt._step_count_gc == 0 and all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     for step in range(4):
         opt.zero_grad()
         helpers.loss_of(model, helpers.make_batch(step, rank)).backward()

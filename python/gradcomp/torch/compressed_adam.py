@@ -13,7 +13,6 @@ import sys
 
 import torch
 
-from .. import _state
 from .._compressors import Compressor, CompressionSpec, InvalidArgument, make_spec, owned_compressor
 from .._gradcomp import Error, parse_spec
 from . import adam_math as am
@@ -60,6 +59,7 @@ class CompressedAdam(torch.optim.Optimizer):
         self._scope, self._exact_scope = new_scope("optimizer"), new_scope("optimizer")
         self._names = _parameter_names(self.param_groups, named_parameters)
         self._warmup = _warmup_policy(warmup)
+        self._probe = am.AutoWarmup()  # v's change during a fixed warm-up, for the record
         self._schedule = variance if isinstance(variance, am.VarianceSchedule) else am.VarianceSchedule(variance)
         # The optimizer's progress (state_dict's "gradcomp_adam"): steps taken, v's updates, compressed steps, phase.
         self._step_count_gc = 0  # the name DistributedOptimizer and gradcomp.torch.elastic use
@@ -72,6 +72,8 @@ class CompressedAdam(torch.optim.Optimizer):
         self._denoms = {}  # id(p) -> sqrt(v_hat) + eps of the compressed steps (recomputed, never saved)
         self._groups_by_id = {}
         self._hook_handles, self._grad_accs = [], []
+        for p in self._params():  # m and v exist from the start (broadcast_optimizer_state sends them as they are)
+            self._state_of(p)
         if overlap:
             self._hook_handles, self._grad_accs = grad_hooks.register(self._params(), self._on_grad)
 
@@ -218,10 +220,15 @@ class CompressedAdam(torch.optim.Optimizer):
                     state["exp_avg"].mul_(mask)
 
     def _warmup_ends(self, steps_done):
-        if isinstance(self._warmup, int):
-            return steps_done >= self._warmup
+        """A fixed warm-up still records v's relative change (gradcomp_stats()["variance_change"], with the auto
+        warm-up's default window) to show where "auto" would have ended it."""
         variances = [self.state[p]["exp_avg_sq"] for p in self._params()]
-        return self._warmup.check(steps_done, variances, self._snapshot)
+        ends = self._warmup.check(steps_done, variances, self._snapshot) if isinstance(self._warmup, am.AutoWarmup) \
+            else self._probe.check(steps_done, variances, self._snapshot) and False
+        return ends or (isinstance(self._warmup, int) and steps_done >= self._warmup)
+
+    def _auto(self):
+        return self._warmup if isinstance(self._warmup, am.AutoWarmup) else self._probe
 
     def _report_switch(self):
         if not self.verbose or _ctx.rank != 0:
@@ -249,7 +256,7 @@ class CompressedAdam(torch.optim.Optimizer):
                 "exact_steps": self._v_updates, "compressed_steps": self._compressed_steps,
                 "input_bytes": xi + ci, "payload_bytes": xp + cp, "exact_bytes": (xi, xp),
                 "compressed_bytes": (ci, cp), "ratio": (xi + ci) / (xp + cp) if xp + cp else float("nan"),
-                "variance_change": list(getattr(self._warmup, "history", []))}
+                "variance_change": list(self._auto().history)}
 
     def state_dict(self):
         """torch's state (m, v per parameter) plus "gradcomp" (this rank's codec state) and "gradcomp_adam" (the
@@ -332,7 +339,8 @@ def from_torch_optimizer(optimizer, named_parameters, compression, **options):
     if rule is None:
         raise InvalidArgument("DistributedOptimizer(exchange='momentum') wraps torch.optim.Adam or torch.optim.AdamW, "
                               f"got {type(optimizer).__name__} (LAMB: gradcomp.torch.CompressedAdam(rule='lamb'))")
-    if optimizer.state:
+    moments = [t for state in optimizer.state.values() for k, t in state.items() if k in ("exp_avg", "exp_avg_sq")]
+    if any(bool(t.any()) for t in moments):  # zeros: the state broadcast_optimizer_state creates
         raise InvalidArgument("DistributedOptimizer(exchange='momentum'): the optimizer has already taken steps; wrap "
                               "it before the first one")
     for group in optimizer.param_groups:

@@ -10,7 +10,6 @@ parameter are torch's "state"):
 A load checks everything first and changes nothing when it fails."""
 from .. import _state
 from .._compressors import InvalidArgument
-from . import adam_math as am
 
 KIND = "optimizer"
 FORMAT = 1
@@ -23,12 +22,11 @@ def save(opt, torch_state, ctx):
     sd = dict(torch_state)
     sd["gradcomp"] = _state.seal(KIND, opt._compressor.spec, opt._compressor._state_bytes(), ctx.rank, ctx.size,
                                  opt._step_count_gc)
-    warmup = opt._warmup
     sd["gradcomp_adam"] = {
         "format": FORMAT, "rule": opt.rule, "exact_spec": opt._exact.spec, "steps": opt._step_count_gc,
         "v_updates": opt._v_updates, "compressed_steps": opt._compressed_steps, "switched_at": opt.switched_at,
         "schedule": opt._schedule.state(),
-        "auto_history": list(warmup.history) if isinstance(warmup, am.AutoWarmup) else [],
+        "auto_history": list(opt._auto().history),
         "snapshot": [t.clone() for t in opt._snapshot],
         "bytes": {k: list(v) for k, v in opt._bytes.items()},
     }
@@ -37,13 +35,16 @@ def save(opt, torch_state, ctx):
 
 def load(opt, state_dict, ctx, load_torch):
     """Loads this rank's own state_dict() of a CompressedAdam with the same rule and codecs; `load_torch(sd)` is
-    torch's Optimizer.load_state_dict."""
+    torch's Optimizer.load_state_dict. Without the "gradcomp" entry (broadcast_optimizer_state and the elastic
+    commits leave it out: it is per rank) the codec state is left as it is."""
     where = "CompressedAdam.load_state_dict"
     sd = dict(state_dict)
     envelope, adam = sd.pop("gradcomp", None), sd.pop("gradcomp_adam", None)
-    if envelope is None or not isinstance(adam, dict):
-        raise InvalidArgument(f"{where}: not a CompressedAdam state_dict (no 'gradcomp' / 'gradcomp_adam' entry)")
-    data, step = _state.open_state(envelope, KIND, opt._compressor.spec, ctx.rank, ctx.size, where=where)
+    if not isinstance(adam, dict):
+        raise InvalidArgument(f"{where}: not a CompressedAdam state_dict (no 'gradcomp_adam' entry)")
+    data, step = None, adam.get("steps")
+    if envelope is not None:
+        data, step = _state.open_state(envelope, KIND, opt._compressor.spec, ctx.rank, ctx.size, where=where)
     if adam.get("format") != FORMAT:
         raise InvalidArgument(f"{where}: gradcomp_adam format {adam.get('format')!r}, this gradcomp reads {FORMAT}")
     for key, mine in (("rule", opt.rule), ("exact_spec", opt._exact.spec)):
@@ -56,16 +57,20 @@ def load(opt, state_dict, ctx, load_torch):
         raise InvalidArgument(f"{where}: exchanges are still in flight; call step() first")
     saved = opt._compressor._state_bytes()
     try:
-        opt._compressor._load_state_bytes(data)
+        if data is not None:
+            opt._compressor._load_state_bytes(data)
+        groups = opt.param_groups
         load_torch(sd)
+        for mine, loaded in zip(groups, opt.param_groups):  # keep the group dicts (a scheduler may hold them)
+            mine.update({k: v for k, v in loaded.items() if k != "params"})
+        opt.param_groups = groups
     except BaseException:
         opt._compressor._load_state_bytes(saved)
         raise
     opt._step_count_gc, opt._v_updates = int(adam["steps"]), int(adam["v_updates"])
     opt._compressed_steps, opt.switched_at = int(adam["compressed_steps"]), adam["switched_at"]
     opt._schedule.load(adam["schedule"])
-    if isinstance(opt._warmup, am.AutoWarmup):
-        opt._warmup.history = [tuple(h) for h in adam["auto_history"]]
+    opt._auto().history = [tuple(h) for h in adam["auto_history"]]
     opt._snapshot = [t.clone() for t in adam["snapshot"]]
     opt._bytes = {k: list(v) for k, v in adam["bytes"].items()}
     opt._denoms = {}
