@@ -116,6 +116,32 @@ def test_distributed_optimizer_exchange_momentum():
     mp.spawn(_wrapper_worker, args=(2, helpers.rendezvous()), nprocs=2, join=True)
 
 
+def _exact_worker(rank, world, url):
+    _init(rank, world, url)
+    for rule, cls in [("adamw", torch.optim.AdamW), ("adam", torch.optim.Adam)]:
+        models = [helpers.make_model(), helpers.make_model()]
+        plain = hvd.DistributedOptimizer(cls(models[0].parameters(), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1),
+                                         named_parameters=models[0].named_parameters(), compression="none")
+        exact = hvd.CompressedAdam(models[1].parameters(), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1, rule=rule,
+                                   compression="onebit", warmup=1000, named_parameters=models[1].named_parameters())
+        for step in range(5):
+            for model, opt in zip(models, (plain, exact)):
+                opt.zero_grad()
+                helpers.loss_of(model, helpers.make_batch(step, rank)).backward()
+                opt.step()
+            for (n, a), b in zip(models[0].named_parameters(), models[1].parameters()):
+                assert torch.equal(a, b), f"rank {rank} {rule} step {step}: '{n}' differs from torch's {cls.__name__}"
+        plain._remove_hooks()
+        exact._remove_hooks()
+    hvd.shutdown()
+
+
+def test_exact_steps_are_torch_adam_bit_for_bit():
+    """Never leaving the warm-up, CompressedAdam is DistributedOptimizer(torch.optim.AdamW / Adam, 'none') bit for
+    bit: the exact step is torch's arithmetic."""
+    mp.spawn(_exact_worker, args=(2, helpers.rendezvous()), nprocs=2, join=True)
+
+
 # -- the arithmetic alone -----------------------------------------------------------------------------------------------
 def test_variance_schedule_doubles_its_interval():
     s = adam_math.VarianceSchedule("refresh", kappa=2, max_interval=4)

@@ -109,13 +109,13 @@ class CompressedAdam(torch.optim.Optimizer):
             raise InvalidArgument(f"CompressedAdam: parameter '{self._names[id(p)]}' has a sparse gradient "
                                   "(not supported)")
         grad = p.grad if p.grad is not None else torch.zeros_like(p)
-        g = am.local_gradient(self.rule, grad, p, group["weight_decay"])
         state = self._state_of(p)
         stats = {}
         if exact:  # p.grad itself when it can (averaged in place, as DistributedOptimizer does)
-            buf = g if g.is_contiguous() else g.contiguous()
+            buf = grad if grad.is_contiguous() else grad.contiguous()
             codec, scope, step = self._exact, self._exact_scope, self._step_count_gc
         else:
+            g = am.local_gradient(self.rule, grad, p, group["weight_decay"])
             m = state["exp_avg"]
             m.mul_(group["betas"][0]).add_(g, alpha=1 - group["betas"][0])
             am.zero_masked_(m, state.get("mask"))
@@ -174,7 +174,8 @@ class CompressedAdam(torch.optim.Optimizer):
             for p in group["params"]:
                 state = self._state_of(p)
                 m, v = state["exp_avg"], state["exp_avg_sq"]
-                am.update_moments(m, v, averaged[id(p)].view_as(p), beta1, beta2)
+                g = am.local_gradient(self.rule, averaged[id(p)].view_as(p), p, group["weight_decay"])
+                am.update_moments(m, v, g, beta1, beta2)
                 denom = am.denominator(v, bc2, group["eps"])
                 state["trust"] = am.apply_update(self.rule, p, m, denom, group["lr"], group["weight_decay"], bc1)
         self._v_updates = k
