@@ -118,12 +118,24 @@ def test_distributed_optimizer_exchange_momentum():
 
 def _exact_worker(rank, world, url):
     _init(rank, world, url)
-    for rule, cls in [("adamw", torch.optim.AdamW), ("adam", torch.optim.Adam)]:
+    for rule, cls, local_steps in [("adamw", torch.optim.AdamW, 0), ("adam", torch.optim.Adam, 3)]:
         models = [helpers.make_model(), helpers.make_model()]
-        plain = hvd.DistributedOptimizer(cls(models[0].parameters(), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1),
-                                         named_parameters=models[0].named_parameters(), compression="none")
-        exact = hvd.CompressedAdam(models[1].parameters(), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1, rule=rule,
-                                   compression="onebit", warmup=1000, named_parameters=models[1].named_parameters())
+        bases = [cls(m.parameters(), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1) for m in models]
+        for step in range(local_steps):  # an Adam that has taken steps (the same on every rank) before it is wrapped
+            for model, base in zip(models, bases):
+                base.zero_grad()
+                helpers.loss_of(model, helpers.make_batch(100 + step, 0)).backward()
+                base.step()
+        plain = hvd.DistributedOptimizer(bases[0], named_parameters=models[0].named_parameters(), compression="none")
+        if local_steps:
+            exact = hvd.DistributedOptimizer(bases[1], named_parameters=models[1].named_parameters(),
+                                             compression="onebit", exchange="momentum",
+                                             exchange_options=dict(warmup=1000))
+            assert exact._step_count_gc == local_steps
+        else:
+            exact = hvd.CompressedAdam(models[1].parameters(), lr=1e-2, betas=(0.9, 0.95), weight_decay=0.1,
+                                       rule=rule, compression="onebit", warmup=1000,
+                                       named_parameters=models[1].named_parameters())
         for step in range(5):
             for model, opt in zip(models, (plain, exact)):
                 opt.zero_grad()
@@ -138,7 +150,8 @@ def _exact_worker(rank, world, url):
 
 def test_exact_steps_are_torch_adam_bit_for_bit():
     """Never leaving the warm-up, CompressedAdam is DistributedOptimizer(torch.optim.AdamW / Adam, 'none') bit for
-    bit: the exact step is torch's arithmetic."""
+    bit: the exact step is torch's arithmetic; DistributedOptimizer(exchange="momentum") takes over the state of an
+    Adam that has already taken steps."""
     mp.spawn(_exact_worker, args=(2, helpers.rendezvous()), nprocs=2, join=True)
 
 

@@ -335,20 +335,28 @@ def _parameter_names(groups, named_parameters):
 def from_torch_optimizer(optimizer, named_parameters, compression, **options):
     """DistributedOptimizer(optimizer, exchange="momentum"): a CompressedAdam over `optimizer`'s parameter groups
     (the same group dicts, so a learning-rate scheduler made for `optimizer` drives it) with its hyperparameters and
-    rule (torch.optim.AdamW -> "adamw", torch.optim.Adam -> "adam"); `options` are CompressedAdam's keywords."""
+    rule (torch.optim.AdamW -> "adamw", torch.optim.Adam -> "adam"), taking over its state (m, v and the step count
+    of steps already taken, all exact); `options` are CompressedAdam's keywords."""
     rule = {torch.optim.AdamW: "adamw", torch.optim.Adam: "adam"}.get(type(optimizer))
     if rule is None:
         raise InvalidArgument("DistributedOptimizer(exchange='momentum') wraps torch.optim.Adam or torch.optim.AdamW, "
                               f"got {type(optimizer).__name__} (LAMB: gradcomp.torch.CompressedAdam(rule='lamb'))")
-    moments = [t for state in optimizer.state.values() for k, t in state.items() if k in ("exp_avg", "exp_avg_sq")]
-    if any(bool(t.any()) for t in moments):  # zeros: the state broadcast_optimizer_state creates
-        raise InvalidArgument("DistributedOptimizer(exchange='momentum'): the optimizer has already taken steps; wrap "
-                              "it before the first one")
     for group in optimizer.param_groups:
         for flag in ("amsgrad", "maximize", "capturable", "differentiable", "fused"):
             if group.get(flag):
                 raise InvalidArgument(f"DistributedOptimizer(exchange='momentum'): {flag}=True is not supported")
+    steps = {int(st["step"]) for st in optimizer.state.values() if "step" in st}
+    if len(steps) > 1:
+        raise InvalidArgument(f"DistributedOptimizer(exchange='momentum'): the parameters have taken different numbers "
+                              f"of steps ({sorted(steps)}); every parameter must have the same")
     d = optimizer.defaults
-    return CompressedAdam(optimizer.param_groups, lr=d["lr"], betas=d["betas"], eps=d["eps"],
-                          weight_decay=d["weight_decay"], rule=rule, compression=compression,
-                          named_parameters=named_parameters, **options)
+    opt = CompressedAdam(optimizer.param_groups, lr=d["lr"], betas=d["betas"], eps=d["eps"],
+                         weight_decay=d["weight_decay"], rule=rule, compression=compression,
+                         named_parameters=named_parameters, **options)
+    for p, st in optimizer.state.items():
+        for key in ("exp_avg", "exp_avg_sq"):
+            if key in st:
+                opt.state[p][key].copy_(st[key])
+    if steps:
+        opt._step_count_gc = opt._v_updates = steps.pop()
+    return opt
