@@ -7,12 +7,13 @@ codec's parameters before the spec reaches gradcomp:
   - `warmup=` exact steps before compressing: a count, a fraction of the run's steps (`0.15`), or `auto`;
   - `variance=refresh|frozen`, `kappa=` (refreshes per interval level), `max_interval=` (cap on the interval);
   - `exact=none|fp16|bf16`: the codec of the exact steps (warm-up and refreshes);
-  - `precondition=on|off`, `guard=` (relative threshold, `off` for none).
+  - `precondition=on|off`, `guard=` (relative threshold, `off` for none), `exact_below=` (tensors of fewer values
+    always exact; default CompressedAdam's 4096).
 
 `onebit:exchange=momentum,warmup=0.15` thus runs 1-bit Adam with 15% warm-up; the codec sees `onebit`."""
 from __future__ import annotations
 
-MOMENTUM_KEYS = ("warmup", "variance", "kappa", "max_interval", "exact", "precondition", "guard")
+MOMENTUM_KEYS = ("warmup", "variance", "kappa", "max_interval", "exact", "precondition", "guard", "exact_below")
 BENCH_KEYS = ("dense_steps", "exchange") + MOMENTUM_KEYS
 
 
@@ -60,5 +61,9 @@ def momentum_options(bench: dict, total_steps: int) -> dict | None:
         variance = gct.VarianceSchedule(variance, kappa=int(bench.get("kappa", 16)),
                                         max_interval=None if cap is None else int(cap))
     guard = bench.get("guard", "1e-3")
-    return {"warmup": warm, "variance": variance, "exact_compression": bench.get("exact", "none"),
-            "precondition": bench.get("precondition", "off") == "on", "guard": None if guard == "off" else float(guard)}
+    options = {"warmup": warm, "variance": variance, "exact_compression": bench.get("exact", "none"),
+               "precondition": bench.get("precondition", "off") == "on",
+               "guard": None if guard == "off" else float(guard)}
+    if "exact_below" in bench:
+        options["exact_below"] = int(bench["exact_below"])
+    return options

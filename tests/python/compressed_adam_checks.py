@@ -43,16 +43,17 @@ def check_identical_on_every_rank(model, step):
     assert len(set(digests)) == 1, f"rank {hvd.rank()} step {step}: parameters differ across ranks: {digests}"
 
 
-def check_against_onebit_adam_reference(warmup=3, steps=9):
+def check_against_onebit_adam_reference(warmup=3, steps=9, exact_below=0):
     """CompressedAdam(onebit, frozen v) equals the NumPy 1-bit Adam step at every step (warm-up, then worker and
-    server errors), and every rank holds the same parameters after every step."""
+    server errors; tensors of fewer than exact_below values exact throughout), and every rank holds the same
+    parameters after every step."""
     rank, world = hvd.rank(), hvd.size()
     model = _model()
     opt = hvd.CompressedAdam(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, compression="onebit",
                              warmup=warmup, variance="frozen", named_parameters=model.named_parameters(),
-                             verbose=False)
+                             exact_below=exact_below, verbose=False)
     ref = OneBitAdam({n: p.detach().view(-1).numpy() for n, p in model.named_parameters()}, world, LR, BETAS, EPS,
-                     WD, warmup)
+                     WD, warmup, exact=[n for n, p in model.named_parameters() if p.numel() < exact_below])
     shadow = copy.deepcopy(model)
     for step in range(steps):
         batches = _batches(step, world)
@@ -98,7 +99,7 @@ def check_state_round_trip(spec, rule="adamw", variance="refresh", precondition=
         model = _model()
         opt = hvd.CompressedAdam(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, rule=rule,
                                  compression=spec, warmup=3, variance=variance, precondition=precondition,
-                                 named_parameters=model.named_parameters(), verbose=False)
+                                 named_parameters=model.named_parameters(), exact_below=100, verbose=False)
         return model, opt
 
     model, opt = make()
@@ -141,7 +142,7 @@ def check_tiny_variance_guard(guard=1e-3, steps=12, warmup=4):
     model = TinyVarianceModel()
     opt = hvd.CompressedAdam(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=0.0, compression="onebit",
                              warmup=warmup, variance="frozen", guard=guard, named_parameters=model.named_parameters(),
-                             verbose=False)
+                             exact_below=0, verbose=False)
     g = torch.Generator().manual_seed(100 + hvd.rank())
     after_warmup = None
     for step in range(steps):

@@ -10,6 +10,7 @@ scatter-reduce-allgather, written from the algorithm, not from gradcomp's code:
   the new m, the same on every rank;
 - the tiny-variance guard: coordinates with sqrt(v_hat) <= eps or below `guard` times their tensor's mean
   sqrt(v_hat) get m = 0;
+- the tensors named in `exact` take exact AdamW steps throughout (CompressedAdam's exact_below);
 - the AdamW update p = p * (1 - lr * wd) - lr / (1 - beta1^t) * m / (sqrt(v_hat) + eps), v_hat with the bias
   correction of v's last update.
 Everything is float32."""
@@ -31,7 +32,7 @@ def onebit(x, bucket):
 class OneBitAdam:
     """The reference over named float32 parameters {name: flat array}."""
 
-    def __init__(self, params, world, lr, betas, eps, weight_decay, warmup, bucket=512, guard=1e-3):
+    def __init__(self, params, world, lr, betas, eps, weight_decay, warmup, bucket=512, guard=1e-3, exact=()):
         self.p = {n: v.astype(F32).copy() for n, v in params.items()}
         self.m = {n: np.zeros_like(v) for n, v in self.p.items()}
         self.v = {n: np.zeros_like(v) for n, v in self.p.items()}
@@ -39,20 +40,22 @@ class OneBitAdam:
         self.server = {n: np.zeros_like(v) for n, v in self.p.items()}  # piece i held by rank i
         self.world, self.lr, self.eps, self.wd = world, F32(lr), F32(eps), F32(weight_decay)
         self.b1, self.b2 = F32(betas[0]), F32(betas[1])
-        self.warmup, self.bucket, self.guard = warmup, bucket, guard
+        self.warmup, self.bucket, self.guard, self.exact = warmup, bucket, guard, set(exact)
         self.t = 0
         self.mask = {}
 
     def step(self, grads):
         """grads: one {name: flat array} per rank."""
         self.t += 1
-        if self.t <= self.warmup:
-            self._exact(grads)
-        else:
-            self._compressed(grads)
+        exact = self.p if self.t <= self.warmup else self.exact
+        self._exact(grads, exact)
+        if self.t > self.warmup:
+            self._compressed(grads, [n for n in self.p if n not in self.exact])
+        if self.t == self.warmup:
+            self._guard([n for n in self.p if n not in self.exact])
 
     def _denom(self, n):
-        bc2 = 1.0 - float(self.b2) ** min(self.t, self.warmup)
+        bc2 = 1.0 - float(self.b2) ** (self.t if n in self.exact else min(self.t, self.warmup))
         return (np.sqrt(self.v[n]) / F32(np.sqrt(bc2))).astype(F32) + self.eps
 
     def _apply(self, n, m):
@@ -60,8 +63,8 @@ class OneBitAdam:
         self.p[n] = self.p[n] * (F32(1) - self.lr * self.wd)
         self.p[n] = self.p[n] - F32(self.lr / bc1) * (m / self._denom(n))
 
-    def _exact(self, grads):
-        for n in self.p:
+    def _exact(self, grads, names):
+        for n in names:
             g = grads[0][n].astype(F32)
             for r in range(1, self.world):
                 g = g + grads[r][n]
@@ -69,17 +72,18 @@ class OneBitAdam:
             self.m[n] = self.b1 * self.m[n] + (F32(1) - self.b1) * g
             self.v[n] = self.b2 * self.v[n] + (F32(1) - self.b2) * g * g
             self._apply(n, self.m[n])
-        if self.t == self.warmup:
-            for n in self.p:
-                root = self._denom(n) - self.eps
-                keep = root > self.eps
-                if self.guard:
-                    keep &= root >= F32(self.guard) * root.mean()
-                self.mask[n] = keep
-                self.m[n] = self.m[n] * keep
 
-    def _compressed(self, grads):
-        for n in self.p:
+    def _guard(self, names):
+        for n in names:
+            root = self._denom(n) - self.eps
+            keep = root > self.eps
+            if self.guard:
+                keep &= root >= F32(self.guard) * root.mean()
+            self.mask[n] = keep
+            self.m[n] = self.m[n] * keep
+
+    def _compressed(self, grads, names):
+        for n in names:
             local = [(self.b1 * self.m[n] + (F32(1) - self.b1) * grads[r][n]) * self.mask[n]
                      for r in range(self.world)]
             size = self.p[n].size

@@ -41,12 +41,14 @@ class CompressedAdam(torch.optim.Optimizer):
     precondition: compress m / (sqrt(v_hat) + eps) instead of m (same average, since v is shared; every coordinate
     on one scale, which suits codecs that share a scale or a selection across coordinates).
     guard: relative threshold of the tiny-variance guard (0: only sqrt(v_hat) <= eps is left out; None: off).
+    exact_below: parameters of fewer values (biases, LayerNorm) take exact steps always (0: none do).
     overlap: launch each exchange from the gradient's hook during backward (False: all of them in step()).
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *, rule="adamw",
                  compression="onebit", warmup="auto", variance="refresh", exact_compression="none",
-                 named_parameters=None, precondition=False, guard=1e-3, overlap=True, verbose=True):
+                 named_parameters=None, precondition=False, guard=1e-3, exact_below=4096, overlap=True,
+                 verbose=True):
         _require_init()
         if rule not in am.RULES:
             raise InvalidArgument(f"CompressedAdam: rule must be one of {', '.join(am.RULES)}, got {rule!r}")
@@ -58,6 +60,7 @@ class CompressedAdam(torch.optim.Optimizer):
         self._exact = _exact_codec(exact_compression)
         self._scope, self._exact_scope = new_scope("optimizer"), new_scope("optimizer")
         self._names = _parameter_names(self.param_groups, named_parameters)
+        self._small = {id(p) for p in self._params() if p.numel() < int(exact_below)}  # always exact
         self._warmup = _warmup_policy(warmup)
         self._probe = am.AutoWarmup()  # v's change during a fixed warm-up, for the record
         self._schedule = variance if isinstance(variance, am.VarianceSchedule) else am.VarianceSchedule(variance)
@@ -111,7 +114,7 @@ class CompressedAdam(torch.optim.Optimizer):
         grad = p.grad if p.grad is not None else torch.zeros_like(p)
         state = self._state_of(p)
         stats = {}
-        if exact:  # p.grad itself when it can (averaged in place, as DistributedOptimizer does)
+        if exact or id(p) in self._small:  # p.grad itself when it can (averaged in place, as DistributedOptimizer)
             buf = grad if grad.is_contiguous() else grad.contiguous()
             codec, scope, step = self._exact, self._exact_scope, self._step_count_gc
         else:
@@ -141,11 +144,11 @@ class CompressedAdam(torch.optim.Optimizer):
             if id(p) not in self._handles:
                 self._handles[id(p)] = self._launch(p, self._group_of(p), exact)
         done = {}
-        kind = "exact" if exact else "compressed"
         with _internal_errors():
             for key, (handle, buf, stats) in self._handles.items():
                 handle.wait()
                 done[key] = buf
+                kind = "exact" if exact or key in self._small else "compressed"
                 self._bytes[kind][0] += int(stats.get("input_bytes", 0))
                 self._bytes[kind][1] += int(stats.get("payload_bytes", 0))
         self._handles.clear()
@@ -166,18 +169,22 @@ class CompressedAdam(torch.optim.Optimizer):
         self._step_count_gc += 1
         return loss
 
+    def _exact_update(self, p, group, averaged, t, k):
+        """Adam's step of p from its exactly averaged gradient: step t, v's k-th update."""
+        beta1, beta2 = group["betas"]
+        bc1, bc2 = am.bias_corrections(beta1, beta2, t, k)
+        state = self._state_of(p)
+        m, v = state["exp_avg"], state["exp_avg_sq"]
+        g = am.local_gradient(self.rule, averaged.view_as(p), p, group["weight_decay"])
+        am.update_moments(m, v, g, beta1, beta2)
+        denom = am.denominator(v, bc2, group["eps"])
+        state["trust"] = am.apply_update(self.rule, p, m, denom, group["lr"], group["weight_decay"], bc1)
+
     def _exact_step(self, averaged):
         t, k = self._step_count_gc + 1, self._v_updates + 1
         for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            bc1, bc2 = am.bias_corrections(beta1, beta2, t, k)
             for p in group["params"]:
-                state = self._state_of(p)
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                g = am.local_gradient(self.rule, averaged[id(p)].view_as(p), p, group["weight_decay"])
-                am.update_moments(m, v, g, beta1, beta2)
-                denom = am.denominator(v, bc2, group["eps"])
-                state["trust"] = am.apply_update(self.rule, p, m, denom, group["lr"], group["weight_decay"], bc1)
+                self._exact_update(p, group, averaged[id(p)], t, t if id(p) in self._small else k)
         self._v_updates = k
         if self.switched_at is None:
             if not self._warmup_ends(t):
@@ -196,6 +203,9 @@ class CompressedAdam(torch.optim.Optimizer):
             beta1, _ = group["betas"]
             bc1 = 1.0 - beta1 ** t
             for p in group["params"]:
+                if id(p) in self._small:
+                    self._exact_update(p, group, averaged[id(p)], t, t)
+                    continue
                 state = self.state[p]
                 m, denom = state["exp_avg"], self._denoms[id(p)]
                 if self.precondition:
@@ -210,6 +220,8 @@ class CompressedAdam(torch.optim.Optimizer):
         for group in self.param_groups:
             _, bc2 = am.bias_corrections(*group["betas"], 1, self._v_updates)
             for p in group["params"]:
+                if id(p) in self._small:
+                    continue
                 state = self.state[p]
                 self._denoms[id(p)] = am.denominator(state["exp_avg_sq"], bc2, group["eps"])
                 mask = None if self.guard is None else am.guard_mask(state["exp_avg_sq"], bc2, group["eps"],
