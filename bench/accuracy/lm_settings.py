@@ -7,13 +7,15 @@ codec's parameters before the spec reaches gradcomp:
   - `warmup=` exact steps before compressing: a count, a fraction of the run's steps (`0.15`), or `auto`;
   - `variance=refresh|frozen`, `kappa=` (refreshes per interval level), `max_interval=` (cap on the interval);
   - `exact=none|fp16|bf16`: the codec of the exact steps (warm-up and refreshes);
+  - `compress=momentum|increment` (1-bit Adam's or 0/1 Adam's feed of the momentum);
   - `precondition=on|off`, `guard=` (relative threshold, `off` for none), `exact_below=` (tensors of fewer values
     always exact; default CompressedAdam's 4096).
 
 `onebit:exchange=momentum,warmup=0.15` thus runs 1-bit Adam with 15% warm-up; the codec sees `onebit`."""
 from __future__ import annotations
 
-MOMENTUM_KEYS = ("warmup", "variance", "kappa", "max_interval", "exact", "precondition", "guard", "exact_below")
+MOMENTUM_KEYS = ("warmup", "variance", "kappa", "max_interval", "exact", "precondition", "guard", "exact_below",
+                 "compress")
 BENCH_KEYS = ("dense_steps", "exchange") + MOMENTUM_KEYS
 
 
@@ -66,4 +68,6 @@ def momentum_options(bench: dict, total_steps: int) -> dict | None:
                "guard": None if guard == "off" else float(guard)}
     if "exact_below" in bench:
         options["exact_below"] = int(bench["exact_below"])
+    if "compress" in bench:
+        options["compress"] = bench["compress"]
     return options

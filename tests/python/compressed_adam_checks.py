@@ -43,17 +43,18 @@ def check_identical_on_every_rank(model, step):
     assert len(set(digests)) == 1, f"rank {hvd.rank()} step {step}: parameters differ across ranks: {digests}"
 
 
-def check_against_onebit_adam_reference(warmup=3, steps=9, exact_below=0):
+def check_against_onebit_adam_reference(warmup=3, steps=9, exact_below=0, compress="momentum"):
     """CompressedAdam(onebit, frozen v) equals the NumPy 1-bit Adam step at every step (warm-up, then worker and
-    server errors; tensors of fewer than exact_below values exact throughout), and every rank holds the same
-    parameters after every step."""
+    server errors; tensors of fewer than exact_below values exact throughout; compress="increment": 0/1 Adam's
+    feed), and every rank holds the same parameters after every step."""
     rank, world = hvd.rank(), hvd.size()
     model = _model()
     opt = hvd.CompressedAdam(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, compression="onebit",
                              warmup=warmup, variance="frozen", named_parameters=model.named_parameters(),
-                             exact_below=exact_below, verbose=False)
+                             exact_below=exact_below, compress=compress, verbose=False)
     ref = OneBitAdam({n: p.detach().view(-1).numpy() for n, p in model.named_parameters()}, world, LR, BETAS, EPS,
-                     WD, warmup, exact=[n for n, p in model.named_parameters() if p.numel() < exact_below])
+                     WD, warmup, exact=[n for n, p in model.named_parameters() if p.numel() < exact_below],
+                     mode=compress)
     shadow = copy.deepcopy(model)
     for step in range(steps):
         batches = _batches(step, world)
@@ -92,14 +93,15 @@ def _roundtrip(obj):
     return torch.load(buf)
 
 
-def check_state_round_trip(spec, rule="adamw", variance="refresh", precondition=False):
+def check_state_round_trip(spec, rule="adamw", variance="refresh", precondition=False, compress="momentum"):
     """Saved after the warm-up and loaded into a fresh model and optimizer, the run ends bit-identical to the
     uninterrupted one (m, v, the codec's worker and server errors, phase and schedule all restored)."""
     def make():
         model = _model()
         opt = hvd.CompressedAdam(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WD, rule=rule,
                                  compression=spec, warmup=3, variance=variance, precondition=precondition,
-                                 named_parameters=model.named_parameters(), exact_below=100, verbose=False)
+                                 named_parameters=model.named_parameters(), exact_below=100, compress=compress,
+                                 verbose=False)
         return model, opt
 
     model, opt = make()

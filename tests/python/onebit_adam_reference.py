@@ -11,6 +11,8 @@ scatter-reduce-allgather, written from the algorithm, not from gradcomp's code:
 - the tiny-variance guard: coordinates with sqrt(v_hat) <= eps or below `guard` times their tensor's mean
   sqrt(v_hat) get m = 0;
 - the tensors named in `exact` take exact AdamW steps throughout (CompressedAdam's exact_below);
+- mode "increment" (0/1 Adam's feed): each rank compresses (1 - beta1) * g_r alone, and the new m is
+  beta1 * m + the decoded average;
 - the AdamW update p = p * (1 - lr * wd) - lr / (1 - beta1^t) * m / (sqrt(v_hat) + eps), v_hat with the bias
   correction of v's last update.
 Everything is float32."""
@@ -32,7 +34,8 @@ def onebit(x, bucket):
 class OneBitAdam:
     """The reference over named float32 parameters {name: flat array}."""
 
-    def __init__(self, params, world, lr, betas, eps, weight_decay, warmup, bucket=512, guard=1e-3, exact=()):
+    def __init__(self, params, world, lr, betas, eps, weight_decay, warmup, bucket=512, guard=1e-3, exact=(),
+                 mode="momentum"):
         self.p = {n: v.astype(F32).copy() for n, v in params.items()}
         self.m = {n: np.zeros_like(v) for n, v in self.p.items()}
         self.v = {n: np.zeros_like(v) for n, v in self.p.items()}
@@ -41,6 +44,7 @@ class OneBitAdam:
         self.world, self.lr, self.eps, self.wd = world, F32(lr), F32(eps), F32(weight_decay)
         self.b1, self.b2 = F32(betas[0]), F32(betas[1])
         self.warmup, self.bucket, self.guard, self.exact = warmup, bucket, guard, set(exact)
+        self.mode = mode
         self.t = 0
         self.mask = {}
 
@@ -84,8 +88,8 @@ class OneBitAdam:
 
     def _compressed(self, grads, names):
         for n in names:
-            local = [(self.b1 * self.m[n] + (F32(1) - self.b1) * grads[r][n]) * self.mask[n]
-                     for r in range(self.world)]
+            shared = self.b1 * self.m[n] if self.mode == "momentum" else F32(0)
+            local = [(shared + (F32(1) - self.b1) * grads[r][n]) * self.mask[n] for r in range(self.world)]
             size = self.p[n].size
             new_m = np.empty_like(self.m[n])
             for i in range(self.world):
@@ -96,5 +100,5 @@ class OneBitAdam:
                     total = total + sent
                 sent, self.server[n][a:b] = onebit(total / F32(self.world) + self.server[n][a:b], self.bucket)
                 new_m[a:b] = sent
-            self.m[n] = new_m * self.mask[n]
+            self.m[n] = (new_m if self.mode == "momentum" else self.b1 * self.m[n] + new_m) * self.mask[n]
             self._apply(n, self.m[n])

@@ -27,21 +27,26 @@ def _init(rank, world, url):
 def _reference_worker(rank, world, url, exact_below):
     _init(rank, world, url)
     checks.check_against_onebit_adam_reference(exact_below=exact_below)
+    if world == 2:
+        checks.check_against_onebit_adam_reference(compress="increment")
     hvd.shutdown()
 
 
 @pytest.mark.parametrize("world,exact_below", [(2, 100), (4, 0)])
 def test_onebit_adam_matches_reference(world, exact_below):
-    """4 ranks: every tensor compressed; 2 ranks: the biases (64 and 4 values) exact throughout (exact_below)."""
+    """4 ranks: every tensor compressed; 2 ranks: the biases (64 and 4 values) exact throughout (exact_below), then
+    compress="increment"."""
     mp.spawn(_reference_worker, args=(world, helpers.rendezvous(), exact_below), nprocs=world, join=True)
 
 
 def _round_trip_worker(rank, world, url, folder):
     _init(rank, world, url)
-    for spec, rule, precondition in [("onebit", "adamw", False), ("topk:ratio=0.1", "adam", True),
-                                     ("qsgd:bits=4", "lamb", False), ("dgc:ratio=0.1", "adamw", False),
-                                     ("powersgd:rank=2", "adamw", False)]:
-        saved = checks.check_state_round_trip(spec, rule=rule, precondition=precondition)
+    for spec, rule, precondition, compress in [("onebit", "adamw", False, "momentum"),
+                                               ("topk:ratio=0.1", "adam", True, "increment"),
+                                               ("qsgd:bits=4", "lamb", False, "momentum"),
+                                               ("dgc:ratio=0.1", "adamw", False, "increment"),
+                                               ("powersgd:rank=2", "adamw", False, "momentum")]:
+        saved = checks.check_state_round_trip(spec, rule=rule, precondition=precondition, compress=compress)
     torch.save(saved, os.path.join(folder, f"rank{rank}.pt"))
     hvd.shutdown()
 

@@ -38,8 +38,11 @@ class CompressedAdam(torch.optim.Optimizer):
     variance: "refresh" (exact steps at growing intervals, 0/1 Adam), "frozen", or a VarianceSchedule.
     exact_compression: the codec of the exact steps: "none", "fp16" or "bf16" (without error feedback).
     named_parameters: names for the codec's state (default "param.<group>.<index>", identical on every rank).
-    precondition: compress m / (sqrt(v_hat) + eps) instead of m (same average, since v is shared; every coordinate
-    on one scale, which suits codecs that share a scale or a selection across coordinates).
+    compress: "momentum" (1-bit Adam: the rank's momentum m_r = beta1 * m + (1 - beta1) * g_r) or "increment" (its
+    own part (1 - beta1) * g_r alone, beta1 * m being added after the average on every rank, as 0/1 Adam feeds the
+    momentum: a sparsifier then spends no selection on the momentum's shared tail).
+    precondition: compress it divided by sqrt(v_hat) + eps (same average, since v is shared; every coordinate on one
+    scale, which suits codecs that share a scale or a selection across coordinates).
     guard: relative threshold of the tiny-variance guard (0: only sqrt(v_hat) <= eps is left out; None: off).
     exact_below: parameters of fewer values (biases, LayerNorm) take exact steps always (0: none do).
     overlap: launch each exchange from the gradient's hook during backward (False: all of them in step()).
@@ -47,15 +50,18 @@ class CompressedAdam(torch.optim.Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *, rule="adamw",
                  compression="onebit", warmup="auto", variance="refresh", exact_compression="none",
-                 named_parameters=None, precondition=False, guard=1e-3, exact_below=4096, overlap=True,
-                 verbose=True):
+                 named_parameters=None, compress="momentum", precondition=False, guard=1e-3, exact_below=4096,
+                 overlap=True, verbose=True):
         _require_init()
         if rule not in am.RULES:
             raise InvalidArgument(f"CompressedAdam: rule must be one of {', '.join(am.RULES)}, got {rule!r}")
         super().__init__(params, dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay))
         for group in self.param_groups:
             _check_group(group)
+        if compress not in ("momentum", "increment"):
+            raise InvalidArgument(f"CompressedAdam: compress must be 'momentum' or 'increment', got {compress!r}")
         self.rule, self.precondition, self.guard, self.verbose = rule, bool(precondition), guard, bool(verbose)
+        self.compress = compress
         self._compressor = _momentum_codec(compression)
         self._exact = _exact_codec(exact_compression)
         self._scope, self._exact_scope = new_scope("optimizer"), new_scope("optimizer")
@@ -118,13 +124,16 @@ class CompressedAdam(torch.optim.Optimizer):
             buf = grad if grad.is_contiguous() else grad.contiguous()
             codec, scope, step = self._exact, self._exact_scope, self._step_count_gc
         else:
+            beta1 = group["betas"][0]
             g = am.local_gradient(self.rule, grad, p, group["weight_decay"])
-            m = state["exp_avg"]
-            m.mul_(group["betas"][0]).add_(g, alpha=1 - group["betas"][0])
-            am.zero_masked_(m, state.get("mask"))
+            if self.compress == "momentum":  # m_r = beta1 * m + (1 - beta1) * g_r, in place: averaged into the new m
+                buf = state["exp_avg"].mul_(beta1).add_(g, alpha=1 - beta1)
+            else:  # the rank's own part of m_r, (1 - beta1) * g_r; beta1 * m is added on every rank after the average
+                buf = (g.mul_(1 - beta1) if g is grad and g.is_contiguous() else g.mul(1 - beta1))
+            am.zero_masked_(buf, state.get("mask"))
             if self.precondition:
-                m.div_(self._denoms[id(p)])
-            buf, codec, scope, step = m, self._compressor, self._scope, self._compressed_steps
+                buf.div_(self._denoms[id(p)])
+            codec, scope, step = self._compressor, self._scope, self._compressed_steps
         handle = _Backend.get().allreduce(codec, self._names[id(p)], _exchange_view(buf, codec), step, "average",
                                           scope=scope, stats=stats)
         return handle, buf, stats
@@ -207,9 +216,11 @@ class CompressedAdam(torch.optim.Optimizer):
                     self._exact_update(p, group, averaged[id(p)], t, t)
                     continue
                 state = self.state[p]
-                m, denom = state["exp_avg"], self._denoms[id(p)]
+                m, denom, avg = state["exp_avg"], self._denoms[id(p)], averaged[id(p)].view_as(p)
                 if self.precondition:
-                    m.mul_(denom)
+                    avg.mul_(denom)
+                if self.compress == "increment":
+                    m.mul_(beta1).add_(avg)
                 am.zero_masked_(m, state.get("mask"))
                 am.apply_update(self.rule, p, m, denom, group["lr"], group["weight_decay"], bc1,
                                 trust=state.get("trust"))
