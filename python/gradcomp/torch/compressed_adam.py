@@ -5,9 +5,9 @@ DistributedOptimizer (backends.py: "mpi", "torch", "runtime").
 Error feedback cancels only for updates linear in what is compressed; Adam divides by sqrt(v) per coordinate, which
 is not. So: a warm-up of exact steps (the gradient averaged with `exact_compression`, "none" by default) while v
 settles; then v is frozen or refreshed on exact steps at growing intervals, and on every other step each rank updates
-its local momentum m_r = beta1 * m + (1 - beta1) * g_r from the shared m, and m_r is what the codec compresses and
-averages, with its error feedback (the worker error) and, on scatter-reduce-allgather, the owner's re-quantization
-error (the server error). The update m / (sqrt(v) + eps) is then linear in the compressed value and identical on
+its local momentum m_r = beta1 * m + (1 - beta1) * g_r from the shared m, and m_r (or, compress="increment", its
+own part (1 - beta1) * g_r) is what the codec compresses and averages, with its error feedback (the worker error)
+and, on scatter-reduce-allgather, the owner's re-quantization error (the server error). The update m / (sqrt(v) + eps) is then linear in the compressed value and identical on
 every rank. Coordinates whose v is (near) zero are left out of the compressed update (adam_math.guard_mask)."""
 import sys
 
