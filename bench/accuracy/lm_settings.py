@@ -9,7 +9,7 @@ codec's parameters before the spec reaches gradcomp:
   - `exact=none|fp16|bf16`: the codec of the exact steps (warm-up and refreshes);
   - `compress=momentum|increment` (1-bit Adam's or 0/1 Adam's feed of the momentum);
   - `precondition=on|off`, `guard=` (relative threshold, `off` for none), `exact_below=` (tensors of fewer values
-    always exact; default CompressedAdam's 4096).
+    always exact; default 0).
 
 `onebit:exchange=momentum,warmup=0.15` thus runs 1-bit Adam with 15% warm-up; the codec sees `onebit`."""
 from __future__ import annotations

@@ -44,13 +44,13 @@ class CompressedAdam(torch.optim.Optimizer):
     precondition: compress it divided by sqrt(v_hat) + eps (same average, since v is shared; every coordinate on one
     scale, which suits codecs that share a scale or a selection across coordinates).
     guard: relative threshold of the tiny-variance guard (0: only sqrt(v_hat) <= eps is left out; None: off).
-    exact_below: parameters of fewer values (biases, LayerNorm) take exact steps always (0: none do).
+    exact_below: parameters of fewer values (biases, LayerNorm) take exact steps always (0, the default: none do).
     overlap: launch each exchange from the gradient's hook during backward (False: all of them in step()).
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *, rule="adamw",
                  compression="onebit", warmup="auto", variance="refresh", exact_compression="none",
-                 named_parameters=None, compress="momentum", precondition=False, guard=1e-3, exact_below=4096,
+                 named_parameters=None, compress="momentum", precondition=False, guard=1e-3, exact_below=0,
                  overlap=True, verbose=True):
         _require_init()
         if rule not in am.RULES:
