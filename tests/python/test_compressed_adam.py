@@ -3,8 +3,10 @@ ranks with identical parameters on every rank after every step, the state round 
 tiny-variance guard (and that without it the ignored coordinates are thrown away), a state refused on another world
 size, DistributedOptimizer(exchange="momentum"), and the arithmetic alone (no ranks). The same checks run on the
 "mpi" and "runtime" backends from compressed_adam_check.py under mpirun."""
+import gc
 import os
 import tempfile
+import weakref
 
 import pytest
 import torch
@@ -162,6 +164,32 @@ def test_exact_steps_are_torch_adam_bit_for_bit():
 
 
 # -- the arithmetic alone -----------------------------------------------------------------------------------------------
+def _collected_worker(rank, world, url):
+    _init(rank, world, url)
+    for make in (lambda m: hvd.CompressedAdam(m.parameters(), lr=1e-2, compression="onebit", warmup=1,
+                                              named_parameters=m.named_parameters()),
+                 lambda m: hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=1e-2),
+                                                    named_parameters=m.named_parameters(), compression="topk")):
+        model = helpers.make_model()
+        opt = make(model)
+        for step in range(2):
+            opt.zero_grad()
+            helpers.loss_of(model, helpers.make_batch(step, rank)).backward()
+            opt.step()
+        ref = weakref.ref(opt)
+        del opt
+        gc.collect()
+        assert ref() is None, f"{type(ref()).__name__} outlived its last reference: its gradient hooks hold it"
+        helpers.loss_of(model, helpers.make_batch(9, rank)).backward()   # the hooks of a collected optimizer do nothing
+    hvd.shutdown()
+
+
+def test_dropped_optimizer_is_collected():
+    """The gradient hooks (grad_hooks.register) hold their optimizer weakly: held strongly, the cycle parameter ->
+    hook -> optimizer -> parameter runs through torch's C++ hook tables, which the garbage collector cannot see."""
+    mp.spawn(_collected_worker, args=(1, helpers.rendezvous()), nprocs=1, join=True)
+
+
 def test_variance_schedule_doubles_its_interval():
     s = adam_math.VarianceSchedule("refresh", kappa=2, max_interval=4)
     s.start(10)
