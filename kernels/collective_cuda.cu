@@ -30,7 +30,20 @@ __global__ void divide_count_kernel(float* values, std::size_t n, float divisor,
   if (threadIdx.x == 0 && block_count) atomicAdd(nonzero, block_count);
 }
 
+__global__ void add_kernel(float* acc, const float* x, std::size_t n) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    acc[i] = __fadd_rn(acc[i], x[i]);
+  }
+}
+
 }  // namespace
+
+void launch_add(float* acc, const float* x, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(acc, x, n);
+  GRADCOMP_CUDA_LAUNCH_CHECK();
+}
 
 void launch_divide_count(float* values, std::size_t n, float divisor, unsigned long long* nonzero,
                          cudaStream_t stream) {

@@ -12,4 +12,7 @@ namespace gradcomp::kernels {
 void launch_divide_count(float* values, std::size_t n, float divisor, unsigned long long* nonzero,
                          cudaStream_t stream);
 
+// acc[i] += x[i] for i < n (round to nearest, no contraction: the host's bits).
+void launch_add(float* acc, const float* x, std::size_t n, cudaStream_t stream);
+
 }  // namespace gradcomp::kernels

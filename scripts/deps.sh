@@ -12,6 +12,7 @@ gradcomp_debian_packages=(
   libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin libopenblas-dev
   python3 python3-dev python3-venv python3-pip python3-numpy python3-pytest python3-matplotlib python3-torch
+  python3-cloudpickle
   dataset-fashion-mnist iproute2 procps
 )
 

@@ -35,12 +35,13 @@ void run_dense(Call& call);
 // allgatherv of every rank's payload, then decompress-and-add in rank order.
 void run_allgather(Call& call);
 // allgatherv of the payloads and decode-and-add in rank order while the summed payload bytes stay below
-// options.sparse_switch_density * 8 * numel; past that, every rank decodes its own and a dense f32 allreduce sums them
-// (SparCML's switch).
+// options.sparse_switch_density * 8 * numel; past that, every rank decodes its own and the decoded tensors are summed in
+// rank order (ordered_sum_f32; SparCML's switch).
 void run_sparse(Call& call);
 // scatter-reduce-allgather over `size` chunks with requantization by the chunk owner.
 void run_scatter_reduce_allgather(Call& call);
-// rounds codecs only (PowerSGD): the codec's RoundReduction, each round's f32 contribution summed by one allreduce.
+// rounds codecs only (PowerSGD): the codec's RoundReduction, each round's f32 contribution summed over the ranks
+// (ordered_sum_f32).
 void run_rounds(Call& call);
 
 // Throws InvalidArgument on every rank unless all ranks call with the same (name, numel, dtype, spec, algorithm, op,
@@ -78,6 +79,16 @@ void decode_in_rank_order(Call& call, std::span<const std::byte> all, std::span<
 // An f32 working tensor of the call's numel in call.space: the tensor itself when it is f32 (its values were consumed
 // by compress()), else a new buffer (`holder` keeps it).
 float* f32_sum_buffer(Call& call, Bytes& holder);
+
+// Element i*numel/n of numel: where piece i of n of a tensor (or buffer) begins.
+std::size_t piece_begin(std::size_t numel, int i, int n);
+
+// Sums `numel` f32 values at `values` (in call.space) over the ranks in place, every element added in rank order
+// ((x_0 + x_1) + ... + x_{n-1}) whatever its position in the buffer: the buffer is cut into n pieces, piece i summed by
+// rank i from everyone's (alltoallv), and the sums allgathered. The bits therefore do not depend on how tensors were
+// fused into the buffer, and equal a decode-and-add in rank order. 2(n-1)/n of the buffer on the wire per rank, as a
+// ring; adds the bytes and the time to call.stats.
+void ordered_sum_f32(Call& call, float* values, std::size_t numel);
 
 // Bytes one rank sends in a ring allreduce of `bytes` over n ranks: 2(n-1)/n * bytes.
 std::size_t ring_allreduce_bytes(std::size_t bytes, int n);

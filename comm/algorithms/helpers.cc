@@ -76,6 +76,11 @@ float* f32_sum_buffer(Call& call, Bytes& holder) {
   return reinterpret_cast<float*>(holder.data());
 }
 
+std::size_t piece_begin(std::size_t numel, int i, int n) {
+  return static_cast<std::size_t>((static_cast<unsigned __int128>(numel) * static_cast<unsigned>(i)) /
+                                  static_cast<unsigned>(n));
+}
+
 std::size_t ring_allreduce_bytes(std::size_t bytes, int n) {
   return n <= 1 ? 0 : 2 * bytes * static_cast<std::size_t>(n - 1) / static_cast<std::size_t>(n);
 }

@@ -88,6 +88,9 @@ class HostSpace final : public MemorySpace {
     }
     return 0;
   }
+  void add(float* acc, const float* x, std::size_t n) override {
+    for (std::size_t i = 0; i < n; ++i) acc[i] += x[i];
+  }
   void synchronize() override {}
 };
 

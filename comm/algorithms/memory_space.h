@@ -77,6 +77,9 @@ class MemorySpace {
   // values[i] /= divisor for every i (no write when divisor is 1). Returns the count of nonzero results when
   // `count_nonzero`, else 0. Bit-identical on host and device (IEEE division).
   virtual std::size_t divide(float* values, std::size_t n, float divisor, bool count_nonzero) = 0;
+  // acc[i] += x[i] for i < n (f32 buffers of this space): one IEEE addition per element, bit-identical on host and
+  // device.
+  virtual void add(float* acc, const float* x, std::size_t n) = 0;
   // Waits until everything queued on this space is done (before a communicator touches its buffers).
   virtual void synchronize() = 0;
 };

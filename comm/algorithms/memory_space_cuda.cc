@@ -96,6 +96,7 @@ class CudaSpace final : public MemorySpace {
     read(&count, counter, sizeof(count));
     return static_cast<std::size_t>(count);
   }
+  void add(float* acc, const float* x, std::size_t n) override { kernels::launch_add(acc, x, n, stream_); }
   void synchronize() override { GRADCOMP_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
  private:

@@ -1,6 +1,7 @@
 // The rounds algorithm, for codecs reduced in summable rounds with local computation between them (PowerSGD: the
 // P round, orthonormalization, the Q round). The codec's RoundReduction produces each round's f32 contribution in
-// the tensor's memory space; one allreduce (sum) per round combines them; finish() writes the result.
+// the tensor's memory space; one rank-ordered sum per round (ordered_sum_f32: a matrix's rounds do not depend on the
+// matrices batched with it) combines them; finish() writes the result.
 #include "comm/algorithms/algorithms.h"
 #include "gradcomp/error.h"
 
@@ -8,13 +9,12 @@ namespace gradcomp::algorithms {
 
 void run_rounds(Call& call) {
   require_codec(call, call.compressor.traits().rounds, "rounds", "a rounds codec (powersgd)", "auto");
-  const int n = call.comm.size();
   CompressContext ctx;
   ctx.name = call.name;
   ctx.segments = call.options.segments;
   ctx.step = call.options.step;
   ctx.rank = call.comm.rank();
-  ctx.world_size = n;
+  ctx.world_size = call.comm.size();
   std::unique_ptr<RoundReduction> reduction;
   {
     Stopwatch watch(call.stats.compress_s);
@@ -27,10 +27,7 @@ void run_rounds(Call& call) {
       round = reduction->next_round();
     }
     if (round.empty()) break;
-    Stopwatch watch(call.stats.communicate_s);
-    call.space.synchronize();
-    call.comm.allreduce(call.space.view(round.data(), round.size(), DType::kF32), ReduceOp::kSum);
-    call.stats.wire_bytes += ring_allreduce_bytes(round.size_bytes(), n);
+    ordered_sum_f32(call, round.data(), round.size());
   }
   Stopwatch watch(call.stats.decompress_s);
   reduction->finish(call.options.op == ReduceOp::kAverage);

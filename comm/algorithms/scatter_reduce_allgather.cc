@@ -18,12 +18,6 @@
 namespace gradcomp::algorithms {
 namespace {
 
-// Element i*numel/n of numel: where piece i of n of a tensor begins.
-std::size_t piece_begin(std::size_t numel, int i, int n) {
-  return static_cast<std::size_t>((static_cast<unsigned __int128>(numel) * static_cast<unsigned>(i)) /
-                                  static_cast<unsigned>(n));
-}
-
 // Chunk i of the call: piece i of every tensor, as segments over a contiguous buffer of the chunk's elements, and
 // where each piece lies in the call's tensor.
 struct Chunk {

@@ -3,8 +3,9 @@
 // (one allgather of a u64). While the payloads together are smaller than the break-even of a dense f32 ring allreduce
 // — sum of payload bytes <= sparse_switch_density * 8 * numel, i.e. (n-1)/n * sum <= 2(n-1)/n * 4 * numel at 1.0 —
 // they are allgathered and decoded-and-added in rank order; past it every rank decodes its own payload and the
-// decoded tensors are summed with a dense f32 allreduce (stats.switched_to_dense). Either way all ranks end
-// bit-identical. (Decoding to a dense buffer and re-extracting the nonzeros as pairs was the first version: it cost
+// decoded tensors are summed in rank order too (ordered_sum_f32, stats.switched_to_dense). Either way all ranks end
+// bit-identical, and a tensor's sum does not depend on which tensors shared its buffer (small tensors switch alone,
+// their headers outweighing their values, and not when fused). (Decoding to a dense buffer and re-extracting the nonzeros as pairs was the first version: it cost
 // two extra passes over the tensor for no bytes saved, see docs/comm.md.)
 #include <cstdint>
 #include <numeric>
@@ -41,11 +42,7 @@ void run_sparse(Call& call) {
       Stopwatch watch(call.stats.decompress_s);
       call.compressor.decompress(payload, sum_view, DecodeMode::kOverwrite);
     }
-    {
-      Stopwatch watch(call.stats.communicate_s);
-      call.comm.allreduce(sum_view, ReduceOp::kSum);
-    }
-    call.stats.wire_bytes += ring_allreduce_bytes(numel * sizeof(float), n);
+    ordered_sum_f32(call, sum, numel);
   } else {
     const std::vector<std::size_t> counts(sizes.begin(), sizes.end());
     const Bytes gathered = allgatherv_payloads(call, payload, counts);

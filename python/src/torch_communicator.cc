@@ -2,39 +2,16 @@
 
 #include <fmt/format.h>
 
-#include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
+#include "borrowed_tensor.h"
 #include "gradcomp/error.h"
 
 namespace gradcomp::python {
 namespace {
 
-nb::dlpack::dtype dlpack_dtype(DType dtype) {
-  switch (dtype) {
-    case DType::kF32: return nb::dtype<float>();
-    case DType::kF16: return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
-    case DType::kBF16: return {static_cast<std::uint8_t>(nb::dlpack::dtype_code::Bfloat), 16, 1};
-    case DType::kI32: return nb::dtype<std::int32_t>();
-    case DType::kU8: return nb::dtype<std::uint8_t>();
-  }
-  throw InvalidArgument(fmt::format("torch communicator: unsupported dtype {}", static_cast<int>(dtype)));
-}
-
-// A torch tensor viewing `numel` elements at `data` (not owned: valid for the duration of one collective). Needs the
-// GIL.
-nb::object torch_view(const void* data, std::size_t numel, DType dtype, Device device) {
-  alignas(16) static std::byte empty[16];  // torch needs a non-null pointer even for an empty view
-  const std::size_t shape[1] = {numel};
-  nb::ndarray<nb::pytorch> array(numel > 0 ? const_cast<void*>(data) : static_cast<void*>(empty), 1, shape,
-                                 nb::handle(), nullptr, dlpack_dtype(dtype),
-                                 device.is_cuda() ? nb::device::cuda::value : nb::device::cpu::value,
-                                 device.is_cuda() ? device.index : 0);
-  return nb::cast(array, nb::rv_policy::reference);
-}
-
 nb::object byte_view(std::span<const std::byte> bytes) {
-  return torch_view(bytes.data(), bytes.size(), DType::kU8, Device::cpu());
+  return borrowed_torch_tensor(bytes.data(), bytes.size(), DType::kU8, Device::cpu());
 }
 
 nb::list int_list(std::span<const std::size_t> values) {
@@ -76,7 +53,7 @@ nb::object TorchCommunicator::call(const char* method, Args&&... args) {
 
 void TorchCommunicator::allreduce(const TensorView& inout, ReduceOp op) {
   nb::gil_scoped_acquire gil;
-  call("allreduce", torch_view(inout.data(), inout.numel(), inout.dtype(), inout.device()),
+  call("allreduce", borrowed_torch_tensor(inout.data(), inout.numel(), inout.dtype(), inout.device()),
        std::string(reduce_op_name(op)));
 }
 

@@ -159,6 +159,22 @@ def check_gathers(rank, size):
 def check_objects(rank, size):
     assert hvd.allgather_object({"r": rank}) == [{"r": r} for r in range(size)]
     assert hvd.broadcast_object({"r": rank, "l": [rank] * 3}, root_rank=1) == {"r": 1, "l": [1, 1, 1]}
+    # What only cloudpickle serializes (Horovod's serializer): a lambda closing over the root's rank, a class defined
+    # in this function, and a list of rank-local lambdas gathered from every rank.
+    scale = rank + 2
+    f = hvd.broadcast_object(lambda v: v * scale, root_rank=1)
+    assert f(10) == 30, f(10)
+
+    class Local:
+        def __init__(self, r):
+            self.r = r
+
+        def twice(self):
+            return 2 * self.r
+    got = hvd.broadcast_object(Local(rank), root_rank=size - 1)
+    assert got.twice() == 2 * (size - 1) and type(got).__name__ == "Local", got
+    fns = hvd.allgather_object(lambda: rank * 7)
+    assert [fn() for fn in fns] == [r * 7 for r in range(size)], [fn() for fn in fns]
 
     class Unpicklable:
         def __reduce__(self):

@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from .._compressors import InvalidArgument
 from .context import _ctx, _require_init
+from .lifetimes import keep_for_torch
 
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _NORM_EPS = 1e-8
@@ -96,12 +97,15 @@ class _TorchTransport:
 
     def exchange(self, send, peer, recv):
         reqs = [dist.isend(send, peer), dist.irecv(recv, peer)]
+        keep_for_torch(reqs, send, recv)
         for r in reqs:
             r.wait()
 
     def allgather(self, send):
         recv = torch.empty(self.size, send.numel(), dtype=send.dtype)
-        dist.all_gather(list(recv.unbind(0)), send)
+        rows = list(recv.unbind(0))
+        dist.all_gather(rows, send)
+        keep_for_torch(rows, send)
         return recv
 
     def allgatherv(self, send, counts, recv):
@@ -111,7 +115,9 @@ class _TorchTransport:
         padded = torch.zeros(longest, dtype=send.dtype)
         padded[:send.numel()].copy_(send)
         blocks = torch.empty(self.size, longest, dtype=send.dtype)
-        dist.all_gather(list(blocks.unbind(0)), padded)
+        rows = list(blocks.unbind(0))
+        dist.all_gather(rows, padded)
+        keep_for_torch(rows, padded)
         offset = 0
         for r, c in enumerate(counts):
             recv[offset:offset + c].copy_(blocks[r, :c])

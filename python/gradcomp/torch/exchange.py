@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _gradcomp as _C
+from .lifetimes import keep_for_torch
 
 SPLIT_SUM_MIN_BYTES = int(os.environ.get("GRADCOMP_SPLIT_SUM_MIN_BYTES", 1 << 20))
 
@@ -61,7 +62,8 @@ class ProcessGroupAdapter:
             self._sum_half(t, divisor, timeout_s)
             return
         with self._on_device(t) as d:
-            self._run("allreduce", timeout_s, lambda: dist.all_reduce(d, op=_OPS[op], group=self.group, async_op=True))
+            self._run("allreduce", timeout_s, lambda: dist.all_reduce(d, op=_OPS[op], group=self.group, async_op=True),
+                      d)
             if divisor != 1:
                 d.div_(divisor)
 
@@ -71,8 +73,9 @@ class ProcessGroupAdapter:
             return
         with self._on_device(recv) as r:
             s = self._to_device(send)
-            self._run("allgather", timeout_s, lambda: dist.all_gather(
-                list(r.view(self.size, m).unbind(0)), s, group=self.group, async_op=True))
+            outs = list(r.view(self.size, m).unbind(0))
+            self._run("allgather", timeout_s, lambda: dist.all_gather(outs, s, group=self.group, async_op=True),
+                      outs, s)
 
     def allgatherv(self, send, counts, recv, timeout_s):
         longest = max(counts)
@@ -96,12 +99,12 @@ class ProcessGroupAdapter:
             s = self._to_device(send)
             self._run("alltoallv", timeout_s, lambda: dist.all_to_all_single(
                 r, s, output_split_sizes=list(recv_counts), input_split_sizes=list(send_counts), group=self.group,
-                async_op=True))
+                async_op=True), r, s)
 
     def broadcast(self, buffer, root, timeout_s):
         with self._on_device(buffer) as b:
             self._run("broadcast", timeout_s,
-                      lambda: dist.broadcast(b, self._global_rank(root), group=self.group, async_op=True))
+                      lambda: dist.broadcast(b, self._global_rank(root), group=self.group, async_op=True), b)
 
     def barrier(self, timeout_s):
         self._run("barrier", timeout_s, lambda: dist.barrier(group=self.group, async_op=True))
@@ -140,7 +143,7 @@ class ProcessGroupAdapter:
             return
         if 2 * n < self.split_sum_min_bytes:
             acc = t.float()
-            self._run("allreduce", timeout_s, lambda: dist.all_reduce(acc, group=self.group, async_op=True))
+            self._run("allreduce", timeout_s, lambda: dist.all_reduce(acc, group=self.group, async_op=True), acc)
             t.copy_(acc.div_(divisor) if divisor != 1 else acc)
             return
         m = (n + world - 1) // world
@@ -151,8 +154,9 @@ class ProcessGroupAdapter:
             padded[:n].copy_(t)
             padded[n:].zero_()
         chunks = self._buffer("half_chunks", world * m, t.dtype)
+        chunk_bytes, padded_bytes = chunks.view(torch.uint8), padded.view(torch.uint8)
         self._run("allreduce (all_to_all)", timeout_s, lambda: dist.all_to_all_single(
-            chunks.view(torch.uint8), padded.view(torch.uint8), group=self.group, async_op=True))
+            chunk_bytes, padded_bytes, group=self.group, async_op=True), chunk_bytes, padded_bytes)
         acc = self._buffer("half_acc", m, torch.float32)
         acc.copy_(chunks[:m])
         for r in range(1, world):
@@ -166,10 +170,12 @@ class ProcessGroupAdapter:
             t.copy_(padded[:n])
 
     # -- plumbing -----------------------------------------------------------------------------------------------------
-    def _run(self, what, timeout_s, issue):
-        """Issues a collective (async) and waits for it at most timeout_s, as gradcomp errors."""
+    def _run(self, what, timeout_s, issue, *tensors):
+        """Issues a collective (async) on `tensors` and waits for it at most timeout_s, as gradcomp errors. The
+        tensors and the work stay referenced past the call (lifetimes.keep_for_torch)."""
         try:
             work = issue()
+            keep_for_torch(work, tensors)
             work.wait(datetime.timedelta(seconds=timeout_s))
         except RuntimeError as e:
             text = str(e)

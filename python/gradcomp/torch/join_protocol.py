@@ -18,6 +18,7 @@ import torch.distributed as dist
 from .._compressors import InvalidArgument
 from .context import _ctx
 from .errors import _internal_errors
+from .lifetimes import keep_for_torch
 from .process_sets import global_process_set
 from . import process_sets as _ps
 
@@ -35,6 +36,7 @@ def control(row):
         out = [torch.empty_like(t) for _ in range(_ctx.size)]
         with _internal_errors():
             dist.all_gather(out, t, group=_ctx.control_group)
+            keep_for_torch(out, t)
         return torch.stack(out)
     return _ps.allgather_fixed(t, global_process_set)
 

@@ -1,5 +1,5 @@
-"""Horovod's object and model-state utilities: broadcast_object / allgather_object (cloudpickle when importable, else
-pickle), broadcast_parameters (a state_dict, named_parameters() or a plain list of tensors) and
+"""Horovod's object and model-state utilities: broadcast_object / allgather_object (cloudpickle, as Horovod: lambdas,
+local classes and closures travel), broadcast_parameters (a state_dict, named_parameters() or a plain list of tensors) and
 broadcast_optimizer_state (a fresh optimizer's state is created first, as Horovod does)."""
 import io
 import pickle
@@ -13,19 +13,23 @@ from .gathers import broadcast_
 from . import process_sets as _ps
 
 try:
-    import cloudpickle as _pickler
-except ImportError:  # pragma: no cover - depends on the environment
-    _pickler = pickle
+    import cloudpickle
+except ImportError:  # a dependency of the package; reported at the first use
+    cloudpickle = None
 
 
 def _dumps(obj):
+    """obj serialized with cloudpickle (its output is read back by pickle.loads)."""
+    if cloudpickle is None:
+        raise InvalidArgument("broadcast_object/allgather_object need cloudpickle, a dependency of gradcomp "
+                              "(pip install cloudpickle; Debian: python3-cloudpickle)")
     b = io.BytesIO()
-    _pickler.dump(obj, b)
+    cloudpickle.dump(obj, b)
     return b.getvalue()
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """root_rank's `obj` (serialized with cloudpickle, else pickle) on every rank of the set. If the root cannot
+    """root_rank's `obj` (serialized with cloudpickle) on every rank of the set. If the root cannot
     serialize it, every rank raises (InvalidArgument naming the root's error), none waits for the timeout."""
     _require_init()
     ps = _resolve(process_set)
@@ -50,11 +54,11 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     if int(header[1]):
         raise InvalidArgument(f"broadcast_object{f' ({name})' if name else ''}: rank {root_rank} could not "
                               f"serialize the object: {payload.decode(errors='replace')}")
-    return _pickler.loads(payload) if _pickler is not pickle else pickle.loads(payload)
+    return pickle.loads(payload)
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Every rank's `obj` as a list in rank order (cloudpickle, else pickle). A rank that cannot serialize its object
+    """Every rank's `obj` as a list in rank order (cloudpickle). A rank that cannot serialize its object
     makes every rank raise."""
     _require_init()
     ps = _resolve(process_set)

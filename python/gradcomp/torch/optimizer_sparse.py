@@ -9,6 +9,7 @@ import torch
 import torch.distributed as dist
 
 from .context import Average, _ctx
+from .lifetimes import keep_for_torch
 
 
 def _bytes(t):
@@ -32,12 +33,14 @@ def allgather_rows(t):
         return out
     counts = [torch.zeros(1, dtype=torch.int64) for _ in range(_ctx.size)]
     dist.all_gather(counts, rows)
+    keep_for_torch(counts, rows)
     counts = [int(c) for c in counts]
     longest = max(counts)
     padded = torch.zeros((longest,) + tuple(t.shape[1:]), dtype=t.dtype)
     padded[:t.shape[0]].copy_(t)
     blocks = [torch.empty_like(padded) for _ in range(_ctx.size)]
     dist.all_gather(blocks, padded)
+    keep_for_torch(blocks, padded)
     return torch.cat([b[:c] for b, c in zip(blocks, counts)], 0)
 
 

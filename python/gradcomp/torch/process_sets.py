@@ -22,6 +22,7 @@ import torch.distributed as dist
 from .._compressors import InvalidArgument
 from .context import _ctx, _require_init
 from .errors import _internal_errors
+from .lifetimes import keep_for_torch
 
 
 class ProcessSet:
@@ -199,6 +200,7 @@ def allreduce(t, op, ps):
         if _ctx.backend == "torch":
             work = _torch_safe(t).clone()
             dist.all_reduce(work, op=_TORCH_OPS[op], group=ps.torch_group())
+            keep_for_torch(work)
             return work.to(t.dtype)
         if t.dtype == torch.float32 and op == "sum":
             out = t.clone()
@@ -229,6 +231,7 @@ def allgather_fixed(t, ps):
             src = _torch_safe(t)
             out = [torch.empty_like(src) for _ in range(size)]
             dist.all_gather(out, src, group=ps.torch_group())
+            keep_for_torch(out, src)
             return torch.stack(out).to(t.dtype)
         out = torch.empty((size,) + tuple(t.shape), dtype=t.dtype, device=t.device)
         if t.numel():
@@ -272,6 +275,7 @@ def allgatherv(t, ps, what="allgather"):
             padded[:t.shape[0]] = src
             parts = [torch.empty_like(padded) for _ in dims]
             dist.all_gather(parts, padded, group=ps.torch_group())
+            keep_for_torch(parts, padded)
             torch.cat([p[:d] for p, d in zip(parts, dims)], out=out) if len(parts) else None
             return out, dims
         if out.numel():
@@ -302,6 +306,7 @@ def alltoallv(t, splits, ps):
             work = torch.empty(out.shape, dtype=src.dtype, device=src.device)
             dist.all_to_all_single(work, src, output_split_sizes=recv, input_split_sizes=splits,
                                    group=ps.torch_group())
+            keep_for_torch(work, src)
             out.copy_(work)
         else:
             es = t.element_size() * row
@@ -328,11 +333,14 @@ def broadcast_(t, root_rank, ps):
                 work = t.detach().contiguous().view(-1).view(torch.uint8) if t.dtype == torch.bool \
                     else t.detach().contiguous()
                 work = work.clone()
-                dist.broadcast(work.view(-1).view(torch.uint8) if work.dtype == torch.bfloat16 else work,
-                               root_rank, group=ps.torch_group())
+                sent = work.view(-1).view(torch.uint8) if work.dtype == torch.bfloat16 else work
+                dist.broadcast(sent, root_rank, group=ps.torch_group())
+                keep_for_torch(sent)
                 t.detach().copy_(work.view(t.dtype).view(t.shape) if t.dtype == torch.bool else work)
             else:
-                dist.broadcast(t.detach(), root_rank, group=ps.torch_group())
+                sent = t.detach()
+                dist.broadcast(sent, root_rank, group=ps.torch_group())
+                keep_for_torch(sent)
         else:
             if not t.is_contiguous():
                 raise InvalidArgument("broadcast_: tensor must be contiguous")
