@@ -23,9 +23,36 @@ def local_gradient(rule, grad, p, weight_decay):
 
 
 def update_moments(m, v, g, beta1, beta2):
-    """Exact step: both moments from the averaged gradient `g`, in place (torch's order of operations)."""
-    m.mul_(beta1).add_(g, alpha=1 - beta1)
+    """Exact step: both moments from the averaged gradient `g`, in place (the installed torch's order of operations:
+    m by lerp_ on torch 2, by mul_ and add_ on 1.13; the two differ in the last bit from the second step on)."""
+    if torch_adam_uses_lerp():
+        m.lerp_(g, 1 - beta1)
+    else:
+        m.mul_(beta1).add_(g, alpha=1 - beta1)
     v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
+
+
+_uses_lerp = None
+
+
+def torch_adam_uses_lerp():
+    """Whether the installed torch.optim.Adam updates its first moment with lerp_ (torch 2) rather than mul_ and add_
+    (torch 1.13). Found once, by two steps of torch's own Adam on a small tensor, so no version number is assumed."""
+    global _uses_lerp
+    if _uses_lerp is None:
+        import torch
+        gen = torch.Generator().manual_seed(0)
+        grads = [torch.randn(64, generator=gen) for _ in range(2)]
+        p = torch.zeros(64, requires_grad=True)
+        opt = torch.optim.Adam([p], lr=0.1, betas=(0.9, 0.95))
+        for g in grads:
+            p.grad = g.clone()
+            opt.step()
+        lerp = torch.zeros(64)
+        for g in grads:
+            lerp.lerp_(g, 1 - 0.9)
+        _uses_lerp = bool(torch.equal(opt.state[p]["exp_avg"], lerp))
+    return _uses_lerp
 
 
 def denominator(v, bc2, eps):
