@@ -6,7 +6,7 @@
 # usage: scripts/test.sh [--sanitize] [--fuzz [SECONDS]] [--label L] [--no-cuda] [--build-dir DIR] [--help]
 #   --sanitize     build with ASan + UBSan into build-sanitize/ and run the cpu tests
 #   --fuzz [S]     build the libFuzzer targets with clang and run each for S seconds (default 60)
-#   --label L      run only CTest tests with label L (cpu, mpi, gpu, python)
+#   --label L      run only CTest tests with label L (cpu, mpi, gpu, python, sim)
 #   --no-cuda      configure without the CUDA kernels (faster build)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,6 +47,12 @@ if [ $sanitize -eq 0 ] && { [ -z "$label" ] || [ "$label" = python ]; } && [ "${
   gradcomp_install_spark
 fi
 
+# TensorFlow (its own venv, .venv-tf) for gradcomp.tensorflow's tests (label python; skipped without it).
+if [ $sanitize -eq 0 ] && { [ -z "$label" ] || [ "$label" = python ]; } && [ "${GRADCOMP_TF_DEPS:-1}" != 0 ]; then
+  source scripts/tf-deps.sh
+  gradcomp_install_tf
+fi
+
 if [ $sanitize -eq 1 ]; then
   build_dir=${build_dir:-build-sanitize}
   cmake_flags=(-DGRADCOMP_WERROR=ON -DGRADCOMP_SANITIZE=ON -DGRADCOMP_WITH_CUDA=OFF -DGRADCOMP_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo)
@@ -77,9 +83,10 @@ set +e
 ctest_rc=$?
 set -e
 
-# The python label a second time on PyTorch 2.x from PyPI (scripts/torch2-deps.sh; users run torch 2, Debian has
-# 1.13); the pip install test runs in the first pass only. GRADCOMP_TORCH2=0 leaves it out; where torch 2 cannot be
-# installed the pass is reported skipped, with why.
+# The torch2 label (the python tests that touch torch's API: tests/python/CMakeLists.txt) a second time on PyTorch
+# 2.x from PyPI (scripts/torch2-deps.sh; users run torch 2, Debian has 1.13). GRADCOMP_TORCH2_LABEL=python runs the
+# whole python label there instead (about 18 more minutes); GRADCOMP_TORCH2=0 leaves the pass out; where torch 2
+# cannot be installed the pass is reported skipped, with why.
 junits=("$junit")
 if [ $sanitize -eq 0 ] && { [ -z "$label" ] || [ "$label" = python ]; } && [ "${GRADCOMP_TORCH2:-1}" != 0 ]; then
   source scripts/torch2-deps.sh
@@ -88,14 +95,15 @@ if [ $sanitize -eq 0 ] && { [ -z "$label" ] || [ "$label" = python ]; } && [ "${
     echo "[test] python label on torch 2: skipped ($GRADCOMP_TORCH2_SKIP)"
     torch2_skipped=1
   else
-    echo "[test] ctest (label python) on torch $("$GRADCOMP_TORCH2_PYTHON" -c 'import torch; print(torch.__version__)' \
+    torch2_label=${GRADCOMP_TORCH2_LABEL:-torch2}
+    echo "[test] ctest (label $torch2_label) on torch $("$GRADCOMP_TORCH2_PYTHON" -c 'import torch; print(torch.__version__)' \
       2>/dev/null || true) ($GRADCOMP_TORCH2_PYTHON)"
     junit2="$ROOT/$build_dir/ctest-junit-torch2.xml"
     rm -f "$junit2"
     set +e
     (cd "$build_dir" && GRADCOMP_TEST_PYTHON="$GRADCOMP_TORCH2_PYTHON" \
       LD_LIBRARY_PATH="$GRADCOMP_TORCH2_LD_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-      ctest --output-on-failure -j 2 -L python -E "^python_pip_install$" --output-junit "$junit2")
+      ctest --output-on-failure -j 2 -L "$torch2_label" -E "^python_pip_install$" --output-junit "$junit2")
     [ $? -ne 0 ] && ctest_rc=1
     set -e
     junits+=("$junit2")
@@ -125,5 +133,11 @@ PY
 read -r passed failed skipped <<<"$counts"
 if [ $ctest_rc -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
 [ "${torch2_skipped:-0}" = 1 ] && skipped=$((skipped + 1))
+# Label sim: the simulated build (bench/sim, SimGrid's SMPI, installed unless GRADCOMP_SIM_DEPS=0); skipped without it.
+if [ $sanitize -eq 0 ] && { [ -z "$label" ] || [ "$label" = sim ]; }; then
+  [ "${GRADCOMP_SIM_DEPS:-1}" = 0 ] || scripts/sim-deps.sh
+  read -r sim_passed sim_failed sim_skipped <<<"$(scripts/sim-test.sh)"
+  passed=$((passed + sim_passed)); failed=$((failed + sim_failed)); skipped=$((skipped + sim_skipped))
+fi
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]

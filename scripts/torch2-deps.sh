@@ -18,7 +18,7 @@ gradcomp_torch2_wheels=(
   "torch==$GRADCOMP_TORCH2_VERSION" "nvidia-cusparselt-cu13==0.8.0" "nvidia-nvshmem-cu13==3.4.5" "nvidia-cufile"
 )
 gradcomp_torch2_python_deps=(filelock "typing-extensions>=4.10" "setuptools<82" "sympy>=1.13.3" "networkx>=2.5.1" jinja2
-                             "fsspec>=0.8.5" numpy pytest cloudpickle)
+                             "fsspec>=0.8.5" numpy pytest cloudpickle matplotlib)
 
 gradcomp_torch2_ld_path() {
   local site

@@ -327,8 +327,13 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
     ops_ = std::make_shared<OpBuffers>();
   }
 
-  // Completes `request` by polling MPI_Test until the deadline, watching for another rank's failure meanwhile.
+  // Completes `request` by polling MPI_Test until the deadline, watching for another rank's failure meanwhile (in a
+  // simulated build: MPI_Wait, mpi::kBlockingWaits).
   void wait(MPI_Request& request, std::string_view op, std::size_t bytes) {
+    if constexpr (mpi::kBlockingWaits) {
+      check(MPI_Wait(&request, MPI_STATUS_IGNORE), fmt::format("{} (MPI_Wait)", op), bytes);
+      return;
+    }
     const auto start = std::chrono::steady_clock::now();
     for (unsigned spins = 1;; ++spins) {
       int done = 0;

@@ -156,7 +156,30 @@ class Ring {
       idle = 0;
       return;
     }
+    if constexpr (kBlockingWaits) {
+      block_until_any();
+      return;
+    }
     hooks_.idle(++idle, [this] { return in_flight(); });
+  }
+
+  // Simulated build (kBlockingWaits): blocks until one request in flight completes and marks it done (null), so the
+  // next pass's MPI_Test of it reports completion.
+  void block_until_any() {
+    std::vector<MPI_Request*> live;
+    for (MPI_Request& r : recvs_) {
+      if (r != MPI_REQUEST_NULL) live.push_back(&r);
+    }
+    for (MPI_Request& r : sends_) {
+      if (r != MPI_REQUEST_NULL) live.push_back(&r);
+    }
+    if (live.empty()) return;
+    std::vector<MPI_Request> requests;
+    for (MPI_Request* r : live) requests.push_back(*r);
+    int index = MPI_UNDEFINED;
+    call(MPI_Waitany(static_cast<int>(requests.size()), requests.data(), &index, MPI_STATUS_IGNORE),
+         "MPI_Waitany (ring)");
+    if (index != MPI_UNDEFINED) *live[static_cast<std::size_t>(index)] = MPI_REQUEST_NULL;
   }
 
   std::byte* data_;

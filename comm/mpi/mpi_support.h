@@ -14,6 +14,16 @@
 
 namespace gradcomp::mpi {
 
+// Built against SimGrid's SMPI (bench/sim, GRADCOMP_SIMGRID): waits block in MPI_Wait/MPI_Waitany instead of polling
+// MPI_Test with naps. A simulated rank that polls advances no simulated time (or, with SMPI's injected MPI_Test time,
+// advances it in artificial steps) and costs the simulator one event per poll; a blocking wait completes exactly when
+// the simulated message does. No deadline applies there: SimGrid itself reports a deadlock.
+#ifdef GRADCOMP_SIMGRID
+inline constexpr bool kBlockingWaits = true;
+#else
+inline constexpr bool kBlockingWaits = false;
+#endif
+
 // Initializes MPI (MPI_THREAD_MULTIPLE requested) unless somebody already did; then MPI_Finalize runs at exit,
 // unless note_failure() was called. Throws CommError when MPI_Init_thread fails.
 void ensure_initialized();

@@ -41,7 +41,11 @@ class Job:
         os.makedirs(out, exist_ok=True)
         self.port = free_port()
         self.store = dist.TCPStore("127.0.0.1", self.port, None, True, wait_for_workers=False)
-        self.env = dict(os.environ, OMP_NUM_THREADS="1", GRADCOMP_TORCH_PG="gloo", **(env or {}))
+        # torch >= 2.4 shares the agents' TCP store: it keeps the first round's master address, so an agent that
+        # joins a later round (or outlives the first round's rank 0) waits forever for a key nobody sets. Elastic
+        # jobs turn the sharing off (docs/elastic.md).
+        self.env = dict(os.environ, OMP_NUM_THREADS="1", GRADCOMP_TORCH_PG="gloo",
+                        TORCH_DISABLE_SHARE_RDZV_TCP_STORE="1", **(env or {}))
         self.agents = []
 
     def start_agent(self):

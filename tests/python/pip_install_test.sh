@@ -19,14 +19,29 @@ echo "[pip-install] copying the working tree's files (no build folders) to $scra
 
 /usr/bin/python3 -m venv --system-site-packages "$scratch/venv"
 if ! "$scratch/venv/bin/pip" download -q --disable-pip-version-check --no-deps -d "$scratch/probe" nanobind \
+    scikit-build-core \
     >"$scratch/probe.log" 2>&1; then
-  echo "[pip-install] skipped: PyPI is not reachable (pip download nanobind failed):"; tail -3 "$scratch/probe.log"
+  echo "[pip-install] skipped: PyPI is not reachable (pip download of nanobind and scikit-build-core failed):"; tail -3 "$scratch/probe.log"
   exit 77
 fi
 echo "[pip-install] pip install $scratch/src/python (log: $scratch/pip.log)"
 start=$(date +%s)
 if ! "$scratch/venv/bin/pip" install --disable-pip-version-check -v "$scratch/src/python" >"$scratch/pip.log" 2>&1; then
-  tail -40 "$scratch/pip.log"; echo "[pip-install] FAILED: pip install ./python"; exit 1
+  # pip that could not fetch the build requirements (network) before building anything: skipped, as without PyPI.
+  if ! grep -q "Building wheel for gradcomp" "$scratch/pip.log" \
+      && grep -qE "Could not find a version|ConnectionError|NewConnectionError|Read timed out|HTTPSConnectionPool|\
+No matching distribution" "$scratch/pip.log"; then
+    echo "[pip-install] skipped: pip could not fetch the build requirements from PyPI:"
+    grep -m 3 -E "Could not find|Connection|timed out|No matching" "$scratch/pip.log" | cut -c1-300
+    exit 77
+  fi
+  # The first error lines come first: a CI log keeps the start of a failing test's output.
+  echo "[pip-install] FAILED: pip install ./python after $(( $(date +%s) - start )) s; first errors:"
+  grep -m 12 -E "error:|ERROR|CMake Error|fatal|No space|Killed|timed out|[Cc]ould not|[Cc]annot|Traceback" "$scratch/pip.log" | cut -c1-300 || true
+  echo "[pip-install] environment: $(env | grep -E '^(PIP_|CMAKE|CC=|CXX=|CFLAGS|CXXFLAGS|LDFLAGS|CCACHE|SKBUILD)' \
+    | tr '\n' ' ')"
+  df -h "$scratch" | tail -1
+  tail -40 "$scratch/pip.log"; exit 1
 fi
 echo "[pip-install] installed in $(( $(date +%s) - start )) s"
 
@@ -54,6 +69,6 @@ print(f"rank {rank}: pip-installed gradcomp {gradcomp.__file__}: allreduce ok", 
 PY
 cd "$scratch/run"
 env -u PYTHONPATH OMP_NUM_THREADS=1 "${mpiexec[@]}" -np 2 "$scratch/venv/bin/python" check.py "$scratch/venv" \
-  | tee "$scratch/run.log"
-[ "$(grep -c 'allreduce ok' "$scratch/run.log")" -eq 2 ]
+  | tee "$scratch/run.log" || { echo "[pip-install] FAILED: the 2-rank run of the installed package"; exit 1; }
+[ "$(grep -c 'allreduce ok' "$scratch/run.log")" -eq 2 ] || { echo "[pip-install] FAILED: not every rank ok"; exit 1; }
 echo "[pip-install] ok"

@@ -33,7 +33,9 @@ void usage(const Suite& suite) {
       "                       whichever the cost model predicts faster (its algorithm column says which)\n"
       "  --rows R             view the tensor as R x numel/R (a divisor of every size; default {}: {})\n"
       "  --iters N            timed calls per row (default 5)\n"
-      "  --no-check           skip the reference check (the #wrong column reads -1)\n"
+      "  --no-check           skip the reference and ranks-identical checks (#wrong reads -1, identical null)\n"
+      "  --baseline SPEC      each table's reference row (default none: MPI's plain allreduce outside\n"
+      "                       hierarchical and auto modes)\n"
       "  --timeout S          communicator timeout in seconds (default 600)\n"
       "  --backend B          mpi (default) or local (in-process ranks, --ranks N, default 4)\n"
       "  --json               one JSON object per row\n"
@@ -125,6 +127,8 @@ Config parse_args(const Suite& suite, int argc, char** argv) {
       config.iters = std::max(1, std::stoi(next()));
     } else if (arg == "--no-check") {
       config.check = false;
+    } else if (arg == "--baseline") {
+      config.baseline = next();
     } else if (arg == "--timeout") {
       config.timeout_s = std::stod(next());
     } else if (arg == "--backend") {
@@ -139,6 +143,7 @@ Config parse_args(const Suite& suite, int argc, char** argv) {
     }
   }
   for (const auto& spec : config.specs) (void)default_registry().validate(spec);
+  (void)default_registry().validate(config.baseline);
   return config;
 }
 

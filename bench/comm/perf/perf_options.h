@@ -26,7 +26,8 @@ struct Config {
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
   int iters = 5;
   bool json = false;
-  bool check = true;
+  bool check = true;  // the reference and ranks-identical checks
+  std::string baseline = "none";  // each table's reference row (speedup 1); "none" outside hierarchical/auto: plain
   bool hierarchical = false;
   bool hierarchy_auto = false;  // per row, flat or hierarchical as the learned link model predicts faster
   std::string backend = "mpi";

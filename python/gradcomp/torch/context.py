@@ -1,9 +1,8 @@
 """gradcomp.torch's process context: the backend init() chose, the communicators and runtime it made, rank and size,
 and the queries on them (rank(), size(), ...); the reduce ops. Every other module of the package reads it; it imports
 none of them."""
-import os
-
 from .._compressors import InvalidArgument
+from .._env import env_int as _env_int  # noqa: F401  (read by launch.py and others as context._env_int)
 
 # Reduction ops, as in horovod.torch.
 Average = "average"
@@ -43,14 +42,6 @@ def new_scope(kind):
 
 # The one context of the process (reset in place by shutdown(), so every module's reference stays valid).
 _ctx = _Context()
-
-
-def _env_int(*names, default=None):
-    for n in names:
-        v = os.environ.get(n)
-        if v is not None and v != "":
-            return int(v)
-    return default
 
 
 def _require_init():

@@ -35,9 +35,15 @@ _HALF = (torch.float16, torch.bfloat16)
 def _group_timeout_s(group):
     pg = group if group is not None else dist.distributed_c10d._get_default_group()
     try:
-        return pg.options._timeout.total_seconds()
-    except AttributeError:  # a backend without options: torch's default
-        return dist.default_pg_timeout.total_seconds()
+        return pg.options._timeout.total_seconds()  # torch 1.x: the group carries its options
+    except AttributeError:
+        pass
+    for device in ("cpu", "cuda"):  # torch 2.x: the options sit on the group's backend for a device
+        try:
+            return pg._get_backend(torch.device(device)).options._timeout.total_seconds()
+        except (AttributeError, RuntimeError):
+            continue
+    return dist.default_pg_timeout.total_seconds()  # a backend without options: torch's default
 
 
 class ProcessGroupAdapter:

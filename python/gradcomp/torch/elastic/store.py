@@ -97,7 +97,9 @@ class CommitStore:
             data, seq = _state.open_state(envelope, KIND, SPEC, where=f"elastic commit file {path}")
         except CorruptPayload as e:
             raise CorruptPayload(str(e)) from None
-        payload = torch.load(io.BytesIO(data), map_location="cpu")
+        # Our own file, its digest checked above: its objects (a sampler's, the user's extra state) are loaded as
+        # written, not only tensors (torch 2.6 made weights_only=True the default; 1.13 has the flag, default False).
+        payload = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
         return envelope["rank"], envelope["world_size"], seq, payload
 
     def prune(self, newest):

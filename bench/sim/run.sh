@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# gradcomp's compressed allreduce on simulated clusters (SimGrid SMPI): builds build-sim/ when needed, runs
+# allreduce_perf under smpirun, and writes results.jsonl, the PNG plots and tables.md (bench/sim/report.py).
+#
+# usage: bench/sim/run.sh [--out DIR] [--parts validate,scale,transformer] [--ranks "8 64 256 1024"]
+#                         [--gbit "100 200 400"] [--modes "flat hier auto"] [--gbps 1000] [--iters N]
+#   validate     the emulated clusters of docs/performance.md (2 x 2 and 4 x 1 hosts, 1 Gbit/s uplinks), 16 MiB,
+#                the real CPU codecs, their time measured by SMPI (one core per rank)
+#   scale        nodes of 8 ranks (NVLink-class inside, --gbit per node NIC), --ranks, ResNet-50's 100 MB,
+#                modeled codecs (sim_*: the real codec's payload sizes and algorithms, --gbps GB/s per pass)
+#   transformer  the same for a 1.3B-parameter transformer (1.3e9 f32 values), at 8 and 64 ranks
+# Each smpirun is one layout x mode; flat, hierarchical and auto (learn_links, then the cost model's choice per row).
+# Long: run under nice on a shared machine (docs/scaling.md has the times).
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+out=$ROOT/results-sim; parts=validate,scale; ranks="8 64 256 1024"; gbits="100 200 400"; modes="flat hier auto"
+gbps=1000; iters=""; build=$ROOT/build-sim
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out=$2; shift ;;
+    --parts) parts=$2; shift ;;
+    --ranks) ranks=$2; shift ;;
+    --gbit) gbits=$2; shift ;;
+    --modes) modes=$2; shift ;;
+    --gbps) gbps=$2; shift ;;
+    --iters) iters=$2; shift ;;
+    --build-dir) build=$2; shift ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+command -v smpirun >/dev/null || { echo "run.sh: smpirun not found: run scripts/sim-deps.sh" >&2; exit 3; }
+"$ROOT/bench/sim/build.sh" "$build"
+mkdir -p "$out/platforms"
+results=$out/results.jsonl
+: >"$results"
+platforms=$ROOT/bench/sim/platforms
+
+# SMPI options of every run: the simulated clock ticks only in communication and charged computation (MPI_Test and
+# MPI_Wtime inject nothing), collectives follow Open MPI's algorithm selection except broadcasts (scatter + allgather:
+# Open MPI's choice for a large broadcast, a segmented binary tree of 1 KiB pieces, costs the simulator hours at
+# 100 MB), folded blocks of 32 MiB.
+smpi_common=(--cfg=smpi/test:0 --cfg=smpi/wtime:0 --cfg=smpi/coll-selector:ompi --cfg=smpi/bcast:scatter_rdb_allgather
+             --cfg=smpi/host-speed:1Gf
+             --cfg=smpi/shared-malloc-blocksize:33554432 --log=root.thres:warning)
+
+# run TAGS_JSON NP PLATFORM.xml [env...] -- allreduce_perf args: appends every JSON row, tagged, to results.jsonl.
+run() {
+  local tags=$1 np=$2 platform=$3; shift 3
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  local start=$SECONDS log=$out/last-run.log
+  echo "[sim] $tags ($np ranks)" >&2
+  if ! env "${envs[@]}" "$ROOT/bench/sim/tmpfs.sh" smpirun -np "$np" -platform "$platform" -hostfile "${platform%.xml}.hosts" \
+      "$build/allreduce_perf.so" "${smpi_common[@]}" "$@" --json >"$log" 2>&1; then
+    echo "[sim] failed: $tags" >&2; tail -20 "$log" >&2; return 1
+  fi
+  python3 - "$tags" "$((SECONDS - start))" "$log" >>"$results" <<'PY'
+import json, sys
+tags = json.loads(sys.argv[1]); tags["wall_s"] = int(sys.argv[2])
+for line in open(sys.argv[3]):
+    if line.startswith("{"):
+        row = json.loads(line); row.update(tags); print(json.dumps(row))
+PY
+}
+
+mode_flags() {
+  case "$1" in flat) echo "" ;; hier) echo "--hierarchical" ;; auto) echo "--hierarchy-auto" ;; esac
+}
+
+if [[ ,$parts, == *,validate,* ]]; then
+  for layout in 2x2 4x1; do
+    hosts=${layout%x*}; per=${layout#*x}
+    for mode in $modes; do
+      # shellcheck disable=SC2046
+      run "{\"part\": \"validate\", \"layout\": \"$layout\", \"mode\": \"$mode\"}" 4 \
+        "$platforms/emulated-$layout-1gbit.xml" GRADCOMP_LOCAL_SIZE="$per" -- $(mode_flags "$mode") \
+        --bytes 16M --iters "${iters:-3}" --specs "fp16;qsgd:bits=4;topk:ratio=0.01;dgc:ratio=0.001"
+      : "$hosts"
+    done
+  done
+fi
+
+# Modeled sweep of one model: --bytes and --rows (PowerSGD's matrix) for each NIC rate, rank count and mode.
+sweep() {
+  local part=$1 bytes=$2 rows=$3 counts=$4
+  local specs="sim_fp16:gbps=$gbps;sim_qsgd:bits=4,gbps=$gbps;sim_topk:ratio=0.01,gbps=$gbps"
+  specs+=";sim_dgc:ratio=0.001,gbps=$gbps;sim_powersgd:rank=4,gbps=$gbps"
+  for gbit in $gbits; do
+    for np in $counts; do
+      local nodes=$(( (np + 7) / 8 )) per=$(( np < 8 ? np : 8 ))
+      local platform=$out/platforms/gpu-${nodes}x${per}-${gbit}gbit.xml
+      [ -f "$platform" ] || python3 "$platforms/make_platform.py" "$nodes" "$per" --nic "${gbit}Gbps" --nic-lat 2us \
+        --intra 400GBps --intra-lat 1us --out "$platform"
+      for mode in $modes; do
+        # shellcheck disable=SC2046
+        run "{\"part\": \"$part\", \"gbit\": $gbit, \"mode\": \"$mode\", \"gbps\": $gbps}" "$np" "$platform" \
+          GRADCOMP_LOCAL_SIZE="$per" GRADCOMP_SIM_SHARED_BYTES=1048576 -- --cfg=smpi/simulate-computation:no \
+          $(mode_flags "$mode") --bytes "$bytes" --rows "$rows" --iters "${iters:-1}" --no-check \
+          --baseline "sim_none:gbps=$gbps" --specs "$specs"
+      done
+    done
+  done
+}
+
+[[ ,$parts, == *,scale,* ]] && sweep scale 102400000 5000 "$ranks"
+[[ ,$parts, == *,transformer,* ]] && sweep transformer 5200000000 40000 "8 64"
+
+/usr/bin/python3 "$ROOT/bench/sim/report.py" "$results" --out "$out"
+echo "[sim] results: $results, tables: $out/tables.md"
