@@ -44,6 +44,11 @@ class Wrapped:
     def close(self) -> None:
         """Releases the path's resources (hooks, runtime handles)."""
 
+    def optimizer_stats(self) -> dict | None:
+        """gradcomp.torch.CompressedAdam's gradcomp_stats() for exchange=momentum rows, else None."""
+        stats = getattr(self.optimizer, "gradcomp_stats", None)
+        return stats() if callable(stats) else None
+
 
 class TorchDense(Wrapped):
     """Plain PyTorch data parallelism: one flat f32 all_reduce per step, then divide by the world size."""
@@ -180,7 +185,7 @@ class GradcompOptimizer(Wrapped):
     'none' codec, then `spec` from step dense_steps on with fresh codec state: a warm-up of the optimizer's moments
     on exact gradients, as 1-bit Adam's warm-up stage (Tang et al. 2021). The warm-up's payload counts in the ratio."""
 
-    def __init__(self, spec, model, optimizer, dense_steps: int = 0):
+    def __init__(self, spec, model, optimizer, dense_steps: int = 0, momentum: dict | None = None):
         import gradcomp
         import gradcomp.torch as gct
         self.counter = PayloadCounter()
@@ -196,9 +201,14 @@ class GradcompOptimizer(Wrapped):
         else:
             raise NotImplementedError(f"gradcomp.torch backend '{gct.backend()}' does not report payload bytes; "
                                       "run with GRADCOMP_BACKEND=mpi (the default here) or torch")
-        opt = gct.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                       compression=counting_compressor(spec, self.counter))
-        super().__init__(model, opt, f"gradcomp.torch.DistributedOptimizer (gradcomp backend '{gct.backend()}')")
+        if momentum is not None:  # CompressedAdam: its exact and compressed exchanges are counted as above
+            opt = gct.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(), compression=spec,
+                                           exchange="momentum", exchange_options=momentum)
+        else:
+            opt = gct.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                           compression=counting_compressor(spec, self.counter))
+        super().__init__(model, opt, f"gradcomp.torch.DistributedOptimizer (gradcomp backend '{gct.backend()}')"
+                         + (", exchange='momentum'" if momentum is not None else ""))
 
     def payload_bytes(self) -> tuple[int, int]:
         return self.counter.payload, self.counter.raw
@@ -229,17 +239,20 @@ def gradcomp_available() -> bool:
         return False
 
 
-def wrap(comm: str, spec: str, model, optimizer, dense_steps: int = 0) -> Wrapped:
+def wrap(comm: str, spec: str, model, optimizer, dense_steps: int = 0, momentum: dict | None = None) -> Wrapped:
     """The adapter for one run: `model` and `optimizer` are fresh and identical on every rank. dense_steps > 0: the
-    first dense_steps steps go uncompressed (--comm gradcomp on backend 'mpi' only; see GradcompOptimizer)."""
+    first dense_steps steps go uncompressed (--comm gradcomp on backend 'mpi' only; see GradcompOptimizer).
+    momentum: CompressedAdam's options: the optimizer compresses its momentum (--comm gradcomp only)."""
     if dense_steps > 0 and comm != "gradcomp":
         raise NotImplementedError(f"a dense warm-up (dense_steps) needs --comm gradcomp, not '{comm}'")
+    if momentum is not None and comm != "gradcomp":
+        raise NotImplementedError(f"exchange=momentum needs --comm gradcomp (DistributedOptimizer), not '{comm}'")
     if comm == "torch":
         if spec.split(":")[0] != "none":
             raise ValueError(f"--comm torch is the plain-PyTorch reference and only runs 'none', not '{spec}'")
         return TorchDense(model, optimizer)
     if comm == "gradcomp":
-        return GradcompOptimizer(spec, model, optimizer, dense_steps)
+        return GradcompOptimizer(spec, model, optimizer, dense_steps, momentum)
     if comm == "ddp-hook":
         return GradcompDdpHook(spec, model, optimizer)
     raise ValueError(f"unknown comm '{comm}' (choose from {', '.join(COMMS)})")

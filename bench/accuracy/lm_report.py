@@ -13,22 +13,30 @@ from report import codec, human_bytes, write_json  # noqa: F401  (write_json is 
 CSV_FIELDS = ("spec", "codec_spec", "status", "comm", "model", "params", "ranks", "steps", "global_batch",
               "tokens_per_step", "lr", "weight_decay", "warmup", "compression_ratio", "payload_bytes_per_step",
               "wire_bytes_per_step", "raw_bytes_per_step", "val_bpb", "delta_pct", "time_per_100_steps_s", "train_s",
-              "error")
+              "time_to_dense_loss_s", "error")
 
 
 def annotate(rows: list[dict]) -> None:
     """Adds delta_pct: 100 * (val_bpb - dense val_bpb) / dense val_bpb (positive = worse than dense; the same
-    percentage of the validation loss in nats). None without a successful 'none' row."""
+    percentage of the validation loss in nats), and time_to_dense_loss_s: the training seconds until the row's first
+    validation at or below dense's final val_bpb (None if never; the resolution is --evals). Both None without a
+    successful 'none' row."""
     dense = report.dense_of(rows)
     for r in rows:
-        if r.get("status") == "ok":
-            r["delta_pct"] = None if dense is None else 100.0 * (r["val_bpb"] - dense["val_bpb"]) / dense["val_bpb"]
+        if r.get("status") != "ok":
+            continue
+        r["delta_pct"] = None if dense is None else 100.0 * (r["val_bpb"] - dense["val_bpb"]) / dense["val_bpb"]
+        r["time_to_dense_loss_s"] = None
+        if dense is not None:
+            reached = [e["train_s"] for e in r.get("evals", []) if e["bpb"] <= dense["val_bpb"] + 1e-12]
+            r["time_to_dense_loss_s"] = reached[0] if reached else None
 
 
 def table(rows: list[dict], with_link: bool = False) -> str:
-    """The final table as aligned text (failures included with their error). `with_link` is accepted for
-    report.table's signature; the LM task has no time-to-accuracy column."""
+    """The final table as aligned text (failures included with their error); `with_link` (run.py --link) adds the
+    training time to dense's final validation loss ("never" where not reached)."""
     head = ["compressor", "ratio", "payload/step/rank", "wire/step/rank", "val bpb", "Δ vs none", "s/100 steps"]
+    head += ["time to dense loss"] if with_link else []
     lines = []
     for r in rows:
         if r.get("status") != "ok":
@@ -39,6 +47,9 @@ def table(rows: list[dict], with_link: bool = False) -> str:
                       "n/a" if wire is None else human_bytes(wire), f"{r['val_bpb']:.4f}",
                       "n/a" if r.get("delta_pct") is None else f"{r['delta_pct']:+.2f}%",
                       f"{r['time_per_100_steps_s']:.1f}"])
+        if with_link:
+            t = r.get("time_to_dense_loss_s")
+            lines[-1].append("never" if t is None else f"{t:.0f} s")
     return report.aligned(head, lines)
 
 

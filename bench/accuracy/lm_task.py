@@ -12,9 +12,25 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # The issue's eight rows, each with error feedback (ef=on is every lossy codec's default; dgc's accumulator is its
 # error feedback). dgc's momentum correction is off under AdamW and its sparsity warm-up is the paper's (lm_worker).
 DEFAULT_COMPRESSORS = ("none,fp16,bf16,qsgd:bits=4,onebit,topk:ratio=0.01,dgc:ratio=0.001,powersgd:rank=4")
+# The same codecs compressing AdamW's momentum instead (exchange=momentum: gradcomp.torch.CompressedAdam through
+# DistributedOptimizer, lm_settings.py, docs/adam.md). Every preset runs the two headline rows; --full adds the others
+# and PowerSGD at rank 16 (gradient rows with a 10% dense start, momentum rows with a 10% warm-up).
+MOMENTUM_ROWS = ("onebit:exchange=momentum,warmup=0.15,"
+                 "topk:ratio=0.01,exchange=momentum,warmup=0.05,exact=fp16,precondition=on")
+FULL_MOMENTUM_ROWS = ("qsgd:bits=4,exchange=momentum,warmup=0.15,"
+                      "dgc:ratio=0.001,exchange=momentum,warmup=0.05,exact=fp16,precondition=on,"
+                      "powersgd:rank=4,exchange=momentum,warmup=0.1,"
+                      "powersgd:rank=16,start_step=200,powersgd:rank=16,exchange=momentum,warmup=0.1")
+
+
+def default_compressors(full: bool) -> str:
+    """The rows of a sweep without --compressors: the gradient rows, then the momentum rows (quick: the two headline
+    ones, so the quick sweep stays a few minutes)."""
+    return ",".join([DEFAULT_COMPRESSORS, MOMENTUM_ROWS] + ([FULL_MOMENTUM_ROWS] if full else []))
 
 # 4 ranks x 4 windows of 128 bytes = 2,048 bytes per step; 22-30 s per 100 steps on 2 idle cores (4 ranks).
-# quick: the eight-row sweep took 164 s in all on the idle machine, far from converged. full: 2,000 steps, where
+# quick: the eight gradient rows took 164 s in all on the idle machine, far from converged (the two momentum rows add
+# about a quarter). full: 2,000 steps, where
 # dense is clearly learned (1.82 bits per byte; at 200 steps it was still at 3.4): ~8.5 minutes per row, ~70 minutes
 # per seed for the eight rows on 2 idle cores (docs/accuracy.md, "Second family").
 PRESETS = {

@@ -23,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import adapters  # noqa: E402
 import lm_data  # noqa: E402
 import lm_model  # noqa: E402
+import lm_settings  # noqa: E402
 from worker import allreduce, codec_spec, emit, env_rank, run_specs  # noqa: E402
 
 LN2 = math.log(2.0)
@@ -34,21 +35,6 @@ def lr_at(step: int, total: int, warmup: int, peak: float) -> float:
         return peak * (step + 1) / warmup
     frac = (step - warmup) / max(1, total - warmup)
     return peak * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * frac)))
-
-
-def split_dense_steps(spec: str) -> tuple[str, int]:
-    """('topk:ratio=0.01', 50) from 'topk:ratio=0.01,dense_steps=50': `dense_steps` is the benchmark's Adam-aware
-    setting, not a codec parameter (the first dense_steps steps are sent uncompressed, adapters.GradcompOptimizer);
-    the rest of the spec goes to gradcomp unchanged. (spec, 0) when it is absent."""
-    name, _, rest = spec.partition(":")
-    kept, dense = [], 0
-    for kv in filter(None, rest.split(",")):
-        key, _, value = kv.partition("=")
-        if key == "dense_steps":
-            dense = int(value)
-        else:
-            kept.append(kv)
-    return (name + (":" + ",".join(kept) if kept else "")), dense
 
 
 def evaluate(model, val, rank: int, world: int) -> float:
@@ -71,17 +57,20 @@ def train_one(spec: str, args, rank: int, world: int, train, val) -> dict:
     total = args.steps
     # DGC: no momentum correction (AdamW keeps its own moments; DGC's correction is for SGD's heavy ball), the
     # paper's sparsity warm-up over the first ~4.4% of the steps (worker.codec_spec).
-    base, dense_steps = split_dense_steps(spec)
+    # exchange=momentum rows: gradcomp.torch.CompressedAdam through DistributedOptimizer(AdamW, exchange="momentum").
+    base, bench = lm_settings.split(spec)
+    dense_steps, momentum = lm_settings.dense_steps(bench), lm_settings.momentum_options(bench, total)
     codec = codec_spec(base, 0.0, total)
     model = lm_model.build(args.seed, args.layers, args.width, args.heads, args.context)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95), weight_decay=args.weight_decay)
-    wrapped = adapters.wrap(args.comm, codec, model, optimizer, dense_steps)
+    wrapped = adapters.wrap(args.comm, codec, model, optimizer, dense_steps, momentum)
     net, opt = wrapped.model, wrapped.optimizer
     warmup = args.warmup if args.warmup >= 0 else max(1, total // 20)
     eval_steps = {max(1, round(total * (k + 1) / args.evals)) for k in range(args.evals)}
     params = sum(p.numel() for p in model.parameters())
     emit(rank, "start", spec=spec, codec_spec=codec, comm=wrapped.label, momentum=0.0, steps=total, unit="sequences",
-         optimizer=f"AdamW lr {args.lr:g}" + (f", {dense_steps} dense steps first" if dense_steps else ""),
+         optimizer=f"AdamW lr {args.lr:g}" + (f", {dense_steps} dense steps first" if dense_steps else "")
+         + (", momentum compressed" if momentum else ""),
          steps_per_epoch=total, global_batch=args.batch * world, params=params)
 
     losses, evals, window = [], [], []
@@ -118,9 +107,11 @@ def train_one(spec: str, args, rank: int, world: int, train, val) -> dict:
     payload, raw = wrapped.payload_bytes()
     wire = wrapped.wire_bytes()
     payload_mean, raw_mean, wire_mean = allreduce([payload / world, raw / world, (wire or 0) / world])
+    adam = wrapped.optimizer_stats()
     wrapped.close()
     return {
-        "spec": spec, "codec_spec": codec, "dense_steps": dense_steps, "comm": args.comm, "comm_label": wrapped.label, "task": "lm",
+        "spec": spec, "codec_spec": codec, "dense_steps": dense_steps, "comm": args.comm, "comm_label": wrapped.label,
+        "task": "lm", "exchange": bench.get("exchange", "gradient"), "compressed_adam": adam,
         "lr": args.lr, "weight_decay": args.weight_decay, "warmup": warmup, "model": lm_model_name(args),
         "params": params, "ranks": world, "steps": total, "global_batch": args.batch * world,
         "tokens_per_step": args.batch * world * args.context,

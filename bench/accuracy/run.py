@@ -301,7 +301,7 @@ def main() -> int:
                    "Python standard library's sources; quick by default, --full ~9 min per seed on 2 idle cores)")
     p.add_argument("--compressors",
                    help=f"gradcomp specs separated by commas (default: the nine of the sweep: {DEFAULT_COMPRESSORS}; "
-                   f"--task lm: {lm_task.DEFAULT_COMPRESSORS})")
+                   f"--task lm: {lm_task.DEFAULT_COMPRESSORS}, then its momentum rows, lm_task.py)")
     p.add_argument("--ranks", type=int, default=4, help="data-parallel ranks on this machine (default 4)")
     p.add_argument("--epochs", type=int, help="epochs per run (demo 1, --full 20)")
     p.add_argument("--full", action="store_true", help="the converged sweep: CNN, all 60,000 images, 20 epochs, "
@@ -342,7 +342,7 @@ def main() -> int:
     args = p.parse_args()
     lm = args.task == "lm"
     if args.compressors is None:
-        args.compressors = lm_task.DEFAULT_COMPRESSORS if lm else DEFAULT_COMPRESSORS
+        args.compressors = lm_task.default_compressors(args.full) if lm else DEFAULT_COMPRESSORS
 
     if args.combine:
         try:

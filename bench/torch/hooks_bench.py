@@ -34,7 +34,10 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=3, help="timed steps per row")
     p.add_argument("--rows", default=",".join(DEFAULT_ROWS),
                    help="comma-separated rows: torch:{allreduce,fp16,powersgd1}, gradcomp:<spec>, optimizer:<spec> "
-                        "(a spec's own commas are written as '+', e.g. gradcomp:topk:ratio=0.01+ef=on); floors, not "
+                        "(a spec's own commas are written as '+', e.g. gradcomp:topk:ratio=0.01+ef=on); "
+                        "adamw:<spec> (DistributedOptimizer(AdamW): the gradient compressed) and "
+                        "adamw-momentum:<spec> (the same with exchange='momentum': CompressedAdam after one exact "
+                        "step, v frozen, so every timed step compresses the momentum); floors, not "
                         "competitors: floor:compute (DDP with a hook that returns the bucket without communicating: "
                         "forward + backward + SGD, what no hook can remove) and floor:wire_fp16 (only the collectives "
                         "of a float16 sum of the model's gradient size: all_to_all + all_gather of 2 bytes per "
@@ -123,16 +126,20 @@ def run_row(row, args, rank, world):
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, args.hidden, generator=g)
     y = torch.randint(0, 10, (args.batch,), generator=g)
-    if kind == "optimizer":
+    if kind in ("optimizer", "adamw", "adamw-momentum"):
         if not gct.is_initialized():
             gct.init(backend="torch")  # spawned ranks: torch.distributed is already up
         # Row-specific names: the runtime keeps residuals per name for the whole run.
         named = [(f"{row}/{n}", p) for n, p in model.named_parameters()]
-        opt = gct.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01), named_parameters=named,
-                                       compression=spec)
+        base = torch.optim.SGD(model.parameters(), lr=0.01) if kind == "optimizer" else \
+            torch.optim.AdamW(model.parameters(), lr=1e-4)
+        momentum = dict(exchange="momentum", exchange_options=dict(warmup=1, variance="frozen", verbose=False)) \
+            if kind == "adamw-momentum" else {}
+        opt = gct.DistributedOptimizer(base, named_parameters=named, compression=spec, **momentum)
 
         s = time_steps(training_step(model, opt, loss_fn, x, y), warmup, args.steps)
-        impl = f"gradcomp DistributedOptimizer ({gct.backend()})"
+        impl = f"gradcomp DistributedOptimizer{'(AdamW)' if kind == 'adamw' else ''}" \
+            f"{'(AdamW, exchange=momentum)' if momentum else ''} ({gct.backend()})"
         opt._remove_hooks()
         return impl, spec, s
     ddp = DDP(model)

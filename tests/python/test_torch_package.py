@@ -15,6 +15,7 @@ PUBLIC = {
     "compressor", "ddp_comm_hook", "init", "is_initialized", "local_rank", "local_size", "make_spec", "rank",
     "shutdown", "size",
     "SyncBatchNorm",  # issue 19 (optimizer half)
+    "CompressedAdam", "AutoWarmup", "VarianceSchedule",  # issue 32 (momentum compression for Adam)
 }
 # Horovod API parity (issue 19): collectives, topology, process sets, utilities.
 PUBLIC |= {

@@ -21,6 +21,7 @@ The package's modules, each importing only those above it (no cycles):
 - ``backends``: one tensor's compressed allreduce on the torch, mpi or runtime backend;
 - ``collectives``: ``allreduce``, ``broadcast*``;
 - ``optimizer``: ``DistributedOptimizer``;
+- ``compressed_adam``: ``CompressedAdam`` (Adam/AdamW/LAMB compressing the momentum; ``adam_math``, its arithmetic);
 - ``hook``: the DDP communication hook;
 - ``elastic``: ``run``, ``TorchState``, ``ElasticSampler`` (horovod.torch.elastic on torchrun's elastic agent).
 """
@@ -45,6 +46,8 @@ from .context import (Adasum, Average, Max, Min, Product, Sum, _check_op, _ctx, 
 from .hook import HookState, bucket_name, bucket_segments, ddp_comm_hook
 from .launch import _rendezvous_port, init, shutdown  # noqa: F401
 from .optimizer import DistributedOptimizer
+from .compressed_adam import CompressedAdam
+from .adam_math import AutoWarmup, VarianceSchedule
 from .sync_batch_norm import SyncBatchNorm
 from . import elastic  # noqa: E402  (hvd.elastic.run, TorchState, ElasticSampler: issue 18)
 from . import compression, functions, mpi_ops  # noqa: E402,F401  (Horovod's submodule names: issue 19)
@@ -58,6 +61,7 @@ __all__ = [
     "HookState", "ddp_comm_hook", "bucket_name", "bucket_segments",
     "Error", "InvalidArgument", "CommError", "Timeout",
 ]
+__all__ += ["CompressedAdam", "AutoWarmup", "VarianceSchedule"]  # momentum compression for Adam (issue 32)
 # Horovod API parity (issue 19): collectives, topology, process sets, utilities.
 __all__ += [
     "Min", "Max", "Product",

@@ -5,7 +5,9 @@ runtime). Each returns a handle whose wait() completes the reduction in place. `
 ProcessSet other than the global one, or None for the world) reduces over that set's communicator or group.
 `scope` (context.new_scope) names the owner of `comp` (an optimizer): on the runtime backend the owner's own compressor
 instance and namespace are handed to the runtime, so two owners never share state, names or fusion buffers; the
-other backends already run the owner's instance, whose state is keyed by the tensor names it alone submits."""
+other backends already run the owner's instance, whose state is keyed by the tensor names it alone submits. `stats`
+(a dict, optional) receives the exchange's AllreduceStats (payload, input and wire bytes, algorithm) by the time
+wait() returns, on the "mpi" and "torch" backends (the runtime reports its own RuntimeStats instead)."""
 import torch
 
 from .. import _gradcomp as _C
@@ -52,9 +54,9 @@ def _set_comm(process_set):
 class _TorchBackend(_Backend):
     kind = "torch"
 
-    def allreduce(self, comp, name, flat, step, op, process_set=None, scope=None):
+    def allreduce(self, comp, name, flat, step, op, process_set=None, scope=None, stats=None):
         group = None if process_set is None else process_set.torch_group()
-        return _Handle(exchange.allreduce_async(comp, flat, name, step, op=op, group=group))
+        return _Handle(exchange.allreduce_async(comp, flat, name, step, op=op, group=group, stats=stats))
 
 
 class _RuntimeHandle:
@@ -68,7 +70,7 @@ class _RuntimeHandle:
 class _RuntimeBackend(_Backend):
     kind = "runtime"
 
-    def allreduce(self, comp, name, flat, step, op, process_set=None, scope=None):
+    def allreduce(self, comp, name, flat, step, op, process_set=None, scope=None, stats=None):
         if comp.is_python or process_set is not None:
             # The fusion runtime runs on the world: a process set's tensors take its own communicator.
             return _MpiBackend().allreduce(comp, name, flat, step, op, process_set)
@@ -92,9 +94,11 @@ class _MpiBackend(_Backend):
         comp.allreduce(flat, [(name, 0, flat.numel())], op, size, lambda payload: comm.allreduce(payload, "sum"))
         return _Handle()
 
-    def allreduce(self, comp, name, flat, step, op, process_set=None, scope=None):
+    def allreduce(self, comp, name, flat, step, op, process_set=None, scope=None, stats=None):
         if comp.is_python:
             return _MpiBackend.python_allreduce(comp, name, flat, op, process_set)
         comm, _ = _set_comm(process_set)
-        _C.compressed_allreduce(comm, comp._impl, flat, name, op, step)
+        result = _C.compressed_allreduce(comm, comp._impl, flat, name, op, step)
+        if stats is not None:
+            stats.update(result)
         return _Handle()

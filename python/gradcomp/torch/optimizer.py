@@ -28,7 +28,6 @@ Horovod's options (horovod.torch 0.28.1 semantics):
 """
 import contextlib
 import os
-import weakref
 
 import torch
 
@@ -36,6 +35,7 @@ from .. import _optimizer_state
 from .._compressors import Compression, InvalidArgument, owned_compressor
 from .._gradcomp import Error
 from .backends import _Backend, _exchange_view
+from . import grad_hooks
 from . import join_protocol as _join
 from . import optimizer_sparse
 from .context import Adasum, Average, _check_op, _ctx, _require_init, new_scope
@@ -168,44 +168,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _register_hooks(self):
         self._form_groups([p for group in self.param_groups for p in group["params"] if p.requires_grad])
-        for group in self.param_groups:
-            for p in group["params"]:
-                if not p.requires_grad:
-                    continue
-                if hasattr(p, "register_post_accumulate_grad_hook"):
-                    self._hook_handles.append(p.register_post_accumulate_grad_hook(self._make_post_hook(p)))
-                else:
-                    acc = p.expand_as(p).grad_fn.next_functions[0][0]
-                    self._hook_handles.append(acc.register_hook(self._make_acc_hook(p)))
-                    self._grad_accs.append(acc)
+        self._hook_handles, self._grad_accs = grad_hooks.register(
+            [p for group in self.param_groups for p in group["params"]], self._on_grad)
 
     def _remove_hooks(self):
         for h in self._hook_handles:
             h.remove()
         self._hook_handles = []
         self._grad_accs = []
-
-    # The hooks hold the optimizer weakly: a parameter's hook holding it strongly made a cycle through torch's C++
-    # hook tables that the garbage collector cannot see (parameter -> hook -> optimizer -> parameter), which kept the
-    # optimizer and its compressor alive to interpreter exit (nanobind's "leaked instance" report on torch 2.x). A
-    # parameter whose optimizer is gone is no longer exchanged.
-    def _make_acc_hook(self, p):
-        ref = weakref.ref(self)
-
-        def hook(*_):
-            opt = ref()
-            if opt is not None:
-                opt._on_grad(p)
-        return hook
-
-    def _make_post_hook(self, p):
-        ref = weakref.ref(self)
-
-        def hook(param):
-            opt = ref()
-            if opt is not None:
-                opt._on_grad(param)
-        return hook
 
     def _on_grad(self, p):
         if p.grad is None:
@@ -354,15 +324,27 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None, sparse_as_dense=False,
-                         process_set=None, **_horovod_only):
+                         process_set=None, exchange="gradient", exchange_options=None, **_horovod_only):
     """Wraps `optimizer` so that step() applies gradients averaged over all ranks, each compressed with
     `compression` (``gradcomp.Compression.topk(0.01)``, ``Compression.fp16``, a spec string, a Python-registered
     codec or a Horovod-style compressor object). The returned object is an instance of the original optimizer's class
     (as in horovod.torch) and its state_dict() includes the compressor state (residuals), so checkpoint/resume
     reproduces the uninterrupted run. Horovod's other arguments: see this module's docstring; ``op=Adasum`` returns
     the delta optimizer of optimizer_adasum.py (on more than one rank).
+
+    ``exchange="momentum"`` (torch.optim.Adam or AdamW only): compress the optimizer's momentum instead of the
+    gradient, after a warm-up of exact steps (1-bit Adam / 0/1 Adam, for every codec): returns a
+    gradcomp.torch.CompressedAdam over the optimizer's parameter groups, ``exchange_options`` its keywords (warmup,
+    variance, exact_compression, precondition, guard, overlap).
     """
     _require_init()
+    if exchange not in ("gradient", "momentum"):
+        raise InvalidArgument(f"DistributedOptimizer: exchange must be 'gradient' or 'momentum', got {exchange!r}")
+    if exchange == "momentum":
+        _check_momentum_exchange(op, backward_passes_per_step, gradient_predivide_factor, num_groups or groups,
+                                 sparse_as_dense, process_set)
+        from .compressed_adam import from_torch_optimizer
+        return from_torch_optimizer(optimizer, named_parameters, compression, **(exchange_options or {}))
     if gradient_predivide_factor != 1.0 and op != Average:
         raise InvalidArgument("DistributedOptimizer: gradient_predivide_factor not supported with op != Average")
     if gradient_predivide_factor <= 0:
@@ -404,3 +386,15 @@ def _check_groups(groups):
                 if id(p) in seen:
                     raise InvalidArgument("DistributedOptimizer: a parameter can only appear once in groups")
                 seen.add(id(p))
+
+
+def _check_momentum_exchange(op, passes, predivide, groups, sparse_as_dense, process_set):
+    """exchange="momentum" averages every momentum over the world once per step: Horovod's options that change what
+    is reduced, or how often, do not apply."""
+    given = [name for name, bad in (("op", op != Average), ("backward_passes_per_step", passes != 1),
+                                    ("gradient_predivide_factor", predivide != 1.0), ("groups", bool(groups)),
+                                    ("sparse_as_dense", sparse_as_dense),
+                                    ("process_set", not check_process_set_is_global(process_set))) if bad]
+    if given:
+        raise InvalidArgument(f"DistributedOptimizer(exchange='momentum'): {', '.join(given)} not supported (the "
+                              "momentum of every parameter is averaged over all ranks at every step)")
