@@ -402,6 +402,13 @@ void ErrorFeedbackCompressor::decompress_sum(std::span<const std::span<const std
 
 void ErrorFeedbackCompressor::decompress_plain(std::span<const std::byte> bytes, const TensorView& out,
                                                DecodeMode mode) {
+  // The decoders read f32/f16/int sections in place; a payload at any byte offset of a received buffer (possible
+  // for a caller's own buffers; gradcomp's collectives place payloads in 16-byte slots) is copied to aligned memory
+  // first, as the CUDA path does, so no decoder ever loads through a misaligned pointer.
+  if (reinterpret_cast<std::uintptr_t>(bytes.data()) % 16 != 0) {
+    scratch_payload_.assign(bytes.begin(), bytes.end());  // operator new: 16-byte aligned
+    bytes = std::span<const std::byte>(scratch_payload_);
+  }
   const auto view = payload::parse(bytes, codec_, static_cast<long long>(out.numel()));
   GRADCOMP_CHECK_AS(CorruptPayload, !payload::is_segmented(view.header),
                     "corrupt payload: a segmented '{}' payload nested inside another", name_);

@@ -187,6 +187,7 @@ class ErrorFeedbackCompressor : public Compressor {
   mutable std::map<std::string, TensorState, std::less<>> states_;
   mutable std::unique_ptr<CudaPath> cuda_;
   std::vector<float> scratch_in_, scratch_out_, zeros_;
+  std::vector<std::byte> scratch_payload_;  // a payload at an unaligned address, copied to aligned memory to decode
   TensorState slice_;  // a chunk's state when the codec keeps extra buffers (copied in and out around encode)
 };
 

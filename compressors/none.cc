@@ -67,9 +67,14 @@ class NoneCompressor final : public ErrorFeedbackCompressor {
     quantize::check_header(view, "none", 0, 0, 0, 1);
     GRADCOMP_CHECK_AS(CorruptPayload, view.header.section_count == 1 && view.sections[0].size() == numel * sizeof(float),
                       "corrupt 'none' payload: body has {} bytes for {} elements", view.sections[0].size(), numel);
-    const auto* body = reinterpret_cast<const float*>(view.sections[0].data());
+    // The body may sit at any byte offset of a gathered buffer: values are read with memcpy, never through a float*.
+    const std::byte* body = view.sections[0].data();
     if (accumulate) {
-      for (std::size_t i = 0; i < numel; ++i) out[i] += body[i];
+      for (std::size_t i = 0; i < numel; ++i) {
+        float v;
+        std::memcpy(&v, body + i * sizeof(float), sizeof(float));
+        out[i] += v;
+      }
     } else if (numel > 0) {
       std::memcpy(out, body, numel * sizeof(float));
     }

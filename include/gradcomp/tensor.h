@@ -50,7 +50,7 @@ class DeviceScope {
   DeviceScope& operator=(const DeviceScope&) = delete;
 
  private:
-  int previous_ = -1;  // the device to restore, or -1 when nothing changed
+  [[maybe_unused]] int previous_ = -1;  // the device to restore, or -1 when nothing changed (unused without CUDA)
 };
 
 // A non-owning view of `numel` contiguous elements of `dtype` at `data` on `device`. The caller owns the memory and
