@@ -428,7 +428,8 @@ void ErrorFeedbackCompressor::decompress_plain(std::span<const std::byte> bytes,
 
 void ErrorFeedbackCompressor::read_prefix(std::span<const std::byte> payload, std::byte* dst, std::size_t n,
                                           const TensorView&) const {
-  std::memcpy(dst, payload.data(), std::min(n, payload.size()));
+  const std::size_t count = std::min(n, payload.size());
+  if (count > 0) std::memcpy(dst, payload.data(), count);  // an empty table may have a null data()
 }
 
 #if !GRADCOMP_WITH_CUDA
