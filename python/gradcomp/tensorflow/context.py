@@ -3,13 +3,8 @@ and size, the reduce ops and the owner scopes. Every other module of the package
 and no TensorFlow."""
 from .._compressors import InvalidArgument
 
-# Reduction ops, as in horovod.tensorflow (the same strings as gradcomp.torch's).
-Average = "average"
-Sum = "sum"
-Adasum = "adasum"
-Min = "min"
-Max = "max"
-Product = "product"
+from .._ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401  (horovod.tensorflow's reduction ops)
+
 _OPS = (Average, Sum, Min, Max, Product)
 
 

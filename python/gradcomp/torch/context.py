@@ -3,14 +3,7 @@ and the queries on them (rank(), size(), ...); the reduce ops. Every other modul
 none of them."""
 from .._compressors import InvalidArgument
 from .._env import env_int as _env_int  # noqa: F401  (read by launch.py and others as context._env_int)
-
-# Reduction ops, as in horovod.torch.
-Average = "average"
-Sum = "sum"
-Adasum = "adasum"
-Min = "min"
-Max = "max"
-Product = "product"
+from .._ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401  (horovod.torch's reduction ops)
 
 
 class _Context:
