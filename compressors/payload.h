@@ -5,7 +5,7 @@
 //          32 u64 section_bytes[4]
 //          64 section 0, each section starting at a multiple of 16 bytes (zero padding between sections)
 //
-// Little-endian. parse_payload() validates every field and that the sizes add up to exactly the buffer length, so a
+// Little-endian. parse() validates every field and that the sizes add up to exactly the buffer length, so a
 // codec's decoder only has to check that each section has the size its parameters imply and that indices are in
 // range.
 #pragma once

@@ -1,6 +1,6 @@
 // The metadata block of a payload: everything a decoder needs on the host before it can launch a decode, gathered
 // in one place so that a payload in device memory costs one copy back and one synchronization however many parts it
-// has (a segmented payload used to cost two per part). The same function runs on the host (host payloads, and the
+// has. The same function runs on the host (host payloads, and the
 // CPU test of the layout) and in one CUDA block (kernels/common_cuda.cu). Layout (bytes):
 //
 //   [0, kMetaLead)                         the payload's first kMetaLead bytes: its header and up to 32 bytes of

@@ -177,9 +177,8 @@ inline void pack64_bits2(const __m256i (&c)[8], std::uint8_t* out) {
 }
 
 // Software prefetch distance of the quantizer's input streams (g and r), in elements: 4 KB per stream, two
-// 512-value buckets ahead. The hardware prefetcher alone left the first pass over each bucket (its statistics)
-// waiting for DRAM on the shared VM; prefetching from the compute-heavy quantize loop measured 15-35 % less CPU time
-// per encode of 25M values (docs/performance.md).
+// 512-value buckets ahead, issued from the compute-heavy quantize loop so that the next buckets' first pass (their
+// statistics) finds them in cache (measured: docs/compressors.md).
 inline constexpr std::size_t kSignMagPrefetch = 1024;
 
 // Prefetches the cache line of x[i + kSignMagPrefetch] (never faults, also past the end of x).

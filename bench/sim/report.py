@@ -15,7 +15,7 @@ from types import SimpleNamespace
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "net"))
 import scaling_model  # noqa: E402
 
-# The emulated clusters measured on the development VM (docs/performance.md, "Flat vs hierarchical on emulated
+# The emulated clusters measured on the development VM (docs/performance-peers.md, "Flat vs hierarchical on emulated
 # hosts"), 16 MiB, ms per call (mean of 3, slowest rank). 2 x 2: the two 2026-12-02 launches with our ring and the
 # median learn_links (measurements/2026-12-02-hierarchy/raw-median-{1,2}.jsonl), averaged. 4 x 1 flat none/fp16:
 # with our ring (ring-vs-mpi-by-layout.txt); the rest of 4 x 1: 2026-12-01 20:32 (measurements/2026-12-01-hierarchy),

@@ -4,7 +4,7 @@
 #
 # usage: bench/sim/run.sh [--out DIR] [--parts validate,scale,transformer] [--ranks "8 64 256 1024"]
 #                         [--gbit "100 200 400"] [--modes "flat hier auto"] [--gbps 1000] [--iters N]
-#   validate     the emulated clusters of docs/performance.md (2 x 2 and 4 x 1 hosts, 1 Gbit/s uplinks), 16 MiB,
+#   validate     the emulated clusters of docs/performance-peers.md (2 x 2 and 4 x 1 hosts, 1 Gbit/s uplinks), 16 MiB,
 #                the real CPU codecs, their time measured by SMPI (one core per rank)
 #   scale        nodes of 8 ranks (NVLink-class inside, --gbit per node NIC), --ranks, ResNet-50's 100 MB,
 #                modeled codecs (sim_*: the real codec's payload sizes and algorithms, --gbps GB/s per pass)

@@ -15,9 +15,9 @@ namespace gradcomp {
 
 namespace {
 
-// Seconds of the median of `repeats` calls of `op` on `comm` (each after a barrier). Not the fastest: on shared cores a
-// lucky call of one level (an intra-node allreduce that happened to have the CPUs to itself) made the hierarchical
-// mode look up to 3x cheaper than it runs (docs/performance.md, the auto policy with our MPI ring).
+// Seconds of the median of `repeats` calls of `op` on `comm` (each after a barrier). The median, not the fastest: on
+// shared cores one lucky call of a level (an intra-node allreduce that had the CPUs to itself) would make that level
+// look several times cheaper than it runs (docs/performance-peers.md, "With the MPI ring").
 double typical(Communicator& comm, const std::function<void()>& op, int repeats) {
   std::vector<double> times;
   for (int i = 0; i < repeats; ++i) {

@@ -3,7 +3,7 @@
 // and sent on to the next rank while the following segments are still on the wire. It moves what Open MPI's ring
 // moves (2(n-1)/n of the array per rank) but needs no second buffer of the array's size (Open MPI's non-blocking
 // ring first copies the input into a separate result buffer), and on a link-bound run it keeps the link busy to the
-// last segment (docs/comm.md: 4 ranks, 100 MB, 1 Gbit/s: the link's rate, where MPI_Iallreduce took 2% longer).
+// last segment (measured: docs/performance-peers.md, "The MPI ring").
 // Private to comm/mpi.
 #pragma once
 

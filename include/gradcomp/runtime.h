@@ -61,19 +61,19 @@ int default_pipeline_lanes();
 struct RuntimeOptions {
   // Period of the negotiation cycle, milliseconds.
   double cycle_time_ms = default_cycle_time_ms();
-  // Idle back-off: after every rank reported an empty cycle (no tensor pending anywhere), the next cycle waits twice
-  // as long, up to this many milliseconds; any pending tensor returns every rank to cycle_time_ms at once, and a
-  // local enqueue wakes a backed-off thread immediately. Each cycle is a collective on every rank, so an idle
-  // runtime at 1 ms cycles costs CPU: measured, 4 idle ranks on 2 cores burnt 5.3 CPU-s per 5 s at 1 ms cycles,
-  // 1.4 at 10 ms, 0.3 at 50 ms. The price: a rank with nothing to submit joins a cycle that another rank started
-  // up to this long late (ranks that submit wake at once). 0 disables the back-off.
+  // Idle back-off, milliseconds: after every rank reported an empty cycle (no tensor pending anywhere), the next
+  // cycle waits twice as long, up to this cap; any pending tensor returns every rank to cycle_time_ms at once, and a
+  // local enqueue wakes a backed-off thread immediately. A rank with nothing to submit joins a cycle that another
+  // rank started up to this long late (ranks that submit wake at once). 0 disables the back-off. Default from
+  // GRADCOMP_IDLE_CYCLE_MAX_MS, else 50 (a value outside [0, 1e9] there throws InvalidArgument). What an idle
+  // runtime costs in CPU per cap: docs/runtime.md, "Idle back-off".
   double idle_cycle_max_ms = default_idle_cycle_max_ms();
   // Largest fusion buffer, bytes. Tensors at least this large travel alone; 0 disables fusion.
   std::size_t fusion_threshold_bytes = default_fusion_threshold();
-  // Tensors larger than this (bytes) are never copied into a fusion buffer: they travel alone, in place, because
-  // for them the copies in and out cost more than the per-message latency fusion saves (0 = no limit, Horovod's
-  // behaviour). Default from GRADCOMP_FUSION_TENSOR_LIMIT, else 1 MiB: measured on ResNet-50's size mix (4 ranks,
-  // docs/performance.md) it keeps fusion's message savings (161 -> 19 messages) without copying the large tensors.
+  // Tensors larger than this (bytes) are never copied into a fusion buffer: they travel alone, in place, where the
+  // copies in and out would cost more than the per-message latency fusion saves (0 = no limit, Horovod's
+  // behaviour). Default from GRADCOMP_FUSION_TENSOR_LIMIT, else 1 MiB (measured: docs/performance.md, "Tensor
+  // fusion").
   std::size_t fusion_tensor_limit_bytes = default_fusion_tensor_limit();
   // Pipelining: fusion buffers run on this many lanes (threads, each with its own communicator split from the
   // runtime's), buffer b on lane b mod lanes, beside the negotiation thread: while buffer i is on the wire, buffer
