@@ -32,7 +32,7 @@ def default_compressors(full: bool) -> str:
 # quick: the eight gradient rows took 164 s in all on the idle machine, far from converged (the two momentum rows add
 # about a quarter). full: 2,000 steps, where
 # dense is clearly learned (1.82 bits per byte; at 200 steps it was still at 3.4): ~8.5 minutes per row, ~70 minutes
-# per seed for the eight rows on 2 idle cores (docs/accuracy.md, "Second family").
+# per seed for the eight rows on 2 idle cores (docs/accuracy-lm.md).
 PRESETS = {
     "quick": dict(steps=60, batch=4, lr=3e-3, layers=4, width=128, heads=4, context=128, evals=3),
     "full": dict(steps=2000, batch=4, lr=3e-3, layers=4, width=128, heads=4, context=128, evals=5),

@@ -49,10 +49,10 @@ DEFAULT_COMPRESSORS = ("none,fp16,qsgd:bits=4,terngrad,onebit,topk:ratio=0.01,ra
 # Both presets use plain SGD: heavy-ball momentum applied after sparsification amplifies the error-feedback codecs'
 # delayed bursts (Lin et al. 2018, section 3.2). The demo takes many small steps (8 images per rank, 500 steps) so the
 # residuals can drain in one epoch; --full with momentum 0.9 (its first setting) left topk 1.0, dgc 1.3 and onebit
-# 4.7 pp behind dense and random-k diverged, against 0.1-0.4 pp with plain SGD at lr 0.4 (docs/accuracy.md).
+# 4.7 pp behind dense and random-k diverged, against 0.1-0.4 pp with plain SGD at lr 0.4 (docs/measurements/2026-12-01-accuracy-history.md).
 # --full's 20 epochs at lr 0.2 (its third setting, after 5 epochs at lr 0.4): random-k 1% diverged or fell 6-81 pp
 # behind at lr 0.4, and needs the smaller step and more steps to end within 1.5 pp of dense; every compressor shares
-# the setting, and all nine targets hold there (docs/accuracy.md).
+# the setting, and all nine targets hold there (docs/accuracy-cnn.md).
 PRESETS = {
     "demo": dict(model="mlp", epochs=1, train_subset=16000, batch=8, lr=0.1, momentum=0.0, evals_per_epoch=1),
     "full": dict(model="cnn", epochs=20, train_subset=0, batch=32, lr=0.2, momentum=0.0, evals_per_epoch=1),

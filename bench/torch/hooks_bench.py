@@ -111,7 +111,7 @@ def run_row(row, args, rank, world):
     loss_fn = torch.nn.CrossEntropyLoss()
     warmup = args.warmup
     if kind == "floor" and spec == "wire_fp16":
-        # The split sum's collectives alone (docs/python.md): as many bytes per rank as a float16 ring allreduce.
+        # The split sum's collectives alone (docs/ddp-hook.md): as many bytes per rank as a float16 ring allreduce.
         numel = sum(p.numel() for p in model.parameters())
         m = (numel + world - 1) // world
         send = torch.zeros(world * m, dtype=torch.float16)

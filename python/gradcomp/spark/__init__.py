@@ -11,7 +11,7 @@
     ranks = gradcomp.spark.run(train, args=(0.1,), num_proc=4)   # [0, 1, 2, 3]
 
 Modules: ``session`` (the SparkContext, its slots), ``task`` (one rank inside its task), ``job`` (the stage from the
-driver, bounded start), ``errors`` (a rank's failure carried to the driver). docs/python.md, "Spark", has the
+driver, bounded start), ``errors`` (a rank's failure carried to the driver). docs/spark.md has the
 semantics: barrier mode, failures, timeouts, retries, dependencies.
 """
 import sys
