@@ -2,7 +2,8 @@
 // a deadline, so a dead or stuck peer surfaces as gradcomp::Timeout instead of a hang; MPI error codes (the
 // communicator uses MPI_ERRORS_RETURN) become CommError. After the first failure the communicator and its whole
 // family (comm/mpi/mpi_family.h) refuse every call with CommError, on every rank that hears of it. MPI only ever sees
-// buffers this communicator owns: an abandoned collective cannot write into memory the caller freed.
+// buffers this communicator owns: an abandoned collective cannot write into memory the caller freed. It takes host
+// memory (MPI's buffers are host vectors it owns; device tensors are staged once by compressed_allreduce).
 #include "comm/mpi/mpi_support.h"
 
 #include <algorithm>
@@ -17,8 +18,8 @@
 
 #include <fmt/format.h>
 
-#include "comm/comm_util.h"
-#include "comm/host_stage.h"
+#include "comm/comm_env.h"
+#include "comm/host_reduce.h"
 #include "comm/mpi/mpi_family.h"
 #include "comm/mpi/mpi_ring.h"
 #include "comm/staged_allreduce.h"
@@ -73,13 +74,8 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
   }
 
   void allreduce(const TensorView& inout, ReduceOp op) override {
+    require_memory(Memory::of(inout), "allreduce");
     comm::check_reduce(inout.dtype(), op, "mpi", rank_);
-    if (inout.device().is_cuda()) {
-      comm::HostStage stage(inout);
-      allreduce(stage.host_view(), op);
-      stage.copy_back();
-      return;
-    }
     const int count = to_int(inout.numel(), "allreduce element count", rank_);
     enter("allreduce");
     learn_layout(inout.bytes());
@@ -116,73 +112,74 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
     drain(std::span<const std::byte>(result, filled.bytes));
   }
 
-  void allgather(std::span<const std::byte> send, std::span<std::byte> recv) override {
+  using Communicator::allgather;
+  using Communicator::allgatherv;
+  using Communicator::alltoallv;
+  using Communicator::broadcast;
+
+  void allgather(std::span<const std::byte> send, std::span<std::byte> recv, Memory memory) override {
+    require_memory(memory, "allgather");
     GRADCOMP_CHECK(recv.size() == send.size() * static_cast<std::size_t>(size_),
                    "mpi communicator: allgather on rank {} needs a receive buffer of {} x {} bytes, got {}", rank_,
                    size_, send.size(), recv.size());
     const int count = to_int(send.size(), "allgather bytes", rank_);
     to_int(recv.size(), "allgather receive bytes", rank_);
     enter("allgather");
-    comm::SpanStage stage(send, recv, /*cuda_aware=*/false);
-    OpBuffers& b = stage_in(stage.send(), recv.size());
+    OpBuffers& b = stage_in(send, recv.size());
     MPI_Request request;
     check(MPI_Iallgather(nonnull(b.send.data()), count, MPI_BYTE, nonnull(b.recv.data()), count, MPI_BYTE, comm_,
                          &request),
           "MPI_Iallgather", send.size());
     wait(request, "allgather", recv.size());
-    copy_bytes(stage.recv().data(), b.recv.data(), recv.size());
-    stage.copy_back();
+    copy_bytes(recv.data(), b.recv.data(), recv.size());
   }
 
   void allgatherv(std::span<const std::byte> send, std::span<const std::size_t> recv_counts,
-                  std::span<std::byte> recv) override {
+                  std::span<std::byte> recv, Memory memory) override {
+    require_memory(memory, "allgatherv");
     OpBuffers& b = *ops_;
     to_counts(recv_counts, recv.size(), b.counts, b.displs, "allgatherv");
     GRADCOMP_CHECK(recv_counts[rank_] == send.size(),
                    "mpi communicator: allgatherv on rank {} sends {} bytes but recv_counts[{}] = {}", rank_,
                    send.size(), rank_, recv_counts[rank_]);
     enter("allgatherv");
-    comm::SpanStage stage(send, recv, /*cuda_aware=*/false);
-    stage_in(stage.send(), recv.size());
+    stage_in(send, recv.size());
     MPI_Request request;
     check(MPI_Iallgatherv(nonnull(b.send.data()), b.counts[rank_], MPI_BYTE, nonnull(b.recv.data()), b.counts.data(),
                           b.displs.data(), MPI_BYTE, comm_, &request),
           "MPI_Iallgatherv", send.size());
     wait(request, "allgatherv", recv.size());
-    copy_bytes(stage.recv().data(), b.recv.data(), recv.size());
-    stage.copy_back();
+    copy_bytes(recv.data(), b.recv.data(), recv.size());
   }
 
   void alltoallv(std::span<const std::byte> send, std::span<const std::size_t> send_counts,
-                 std::span<std::byte> recv, std::span<const std::size_t> recv_counts) override {
+                 std::span<std::byte> recv, std::span<const std::size_t> recv_counts, Memory memory) override {
+    require_memory(memory, "alltoallv");
     OpBuffers& b = *ops_;
     to_counts(send_counts, send.size(), b.counts, b.displs, "alltoallv (send)");
     to_counts(recv_counts, recv.size(), b.recv_counts, b.recv_displs, "alltoallv (receive)");
     enter("alltoallv");
-    comm::SpanStage stage(send, recv, /*cuda_aware=*/false);
-    stage_in(stage.send(), recv.size());
+    stage_in(send, recv.size());
     MPI_Request request;
     check(MPI_Ialltoallv(nonnull(b.send.data()), b.counts.data(), b.displs.data(), MPI_BYTE, nonnull(b.recv.data()),
                          b.recv_counts.data(), b.recv_displs.data(), MPI_BYTE, comm_, &request),
           "MPI_Ialltoallv", send.size());
     wait(request, "alltoallv", send.size() + recv.size());
-    copy_bytes(stage.recv().data(), b.recv.data(), recv.size());
-    stage.copy_back();
+    copy_bytes(recv.data(), b.recv.data(), recv.size());
   }
 
-  void broadcast(std::span<std::byte> buffer, int root) override {
+  void broadcast(std::span<std::byte> buffer, int root, Memory memory) override {
+    require_memory(memory, "broadcast");
     GRADCOMP_CHECK(root >= 0 && root < size_, "mpi communicator: broadcast root {} out of range [0, {})", root, size_);
     const int count = to_int(buffer.size(), "broadcast bytes", rank_);
     enter("broadcast");
-    comm::SpanStage stage({buffer.data(), buffer.size()}, buffer, /*cuda_aware=*/false);
     OpBuffers& b = *ops_;
     b.recv.resize(buffer.size());
-    copy_bytes(b.recv.data(), stage.recv().data(), buffer.size());  // the root's data; overwritten elsewhere
+    copy_bytes(b.recv.data(), buffer.data(), buffer.size());  // the root's data; overwritten elsewhere
     MPI_Request request;
     check(MPI_Ibcast(nonnull(b.recv.data()), count, MPI_BYTE, root, comm_, &request), "MPI_Ibcast", buffer.size());
     wait(request, "broadcast", buffer.size());
-    copy_bytes(stage.recv().data(), b.recv.data(), buffer.size());
-    stage.copy_back();
+    copy_bytes(buffer.data(), b.recv.data(), buffer.size());
   }
 
   void barrier() override {

@@ -1,35 +1,11 @@
-#include "comm/comm_util.h"
+#include "comm/host_reduce.h"
 
 #include <cstdint>
-#include <string>
 
 #include "gradcomp/error.h"
 #include "kernels/half_ops.cuh"
-#include "src/core/env.h"
 
-namespace gradcomp {
-
-std::string_view reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAverage: return "average";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
-  }
-  return "unknown";
-}
-
-std::chrono::milliseconds default_comm_timeout() {
-  const auto seconds = env::number("GRADCOMP_TIMEOUT_S", 1e-3, 1e7, "seconds");
-  return std::chrono::milliseconds(seconds ? static_cast<long long>(*seconds * 1000.0 + 0.5) : 60000);
-}
-
-int Communicator::node_color() {
-  if (const auto local = comm::local_size_from_env()) return rank() / *local;
-  return 0;
-}
-
-namespace comm {
+namespace gradcomp::comm {
 namespace {
 
 template <typename T>
@@ -101,35 +77,4 @@ void divide_by(void* data, std::size_t n, DType dtype, int divisor) {
   }
 }
 
-std::optional<int> local_size_from_env() {
-  const auto ranks = env::integer("GRADCOMP_LOCAL_SIZE", 1, (1 << 20) - 1, "ranks per emulated node");
-  if (!ranks) return std::nullopt;
-  return static_cast<int>(*ranks);
-}
-
-std::vector<std::vector<std::byte>> allgather_blobs(Communicator& comm, std::span<const std::byte> mine) {
-  const std::uint64_t my_size = mine.size();
-  std::vector<std::uint64_t> sizes(static_cast<std::size_t>(comm.size()));
-  comm.allgather(std::as_bytes(std::span<const std::uint64_t>(&my_size, 1)),
-                 std::as_writable_bytes(std::span<std::uint64_t>(sizes)));
-  const std::vector<std::size_t> counts(sizes.begin(), sizes.end());
-  std::size_t total = 0;
-  for (const std::size_t count : counts) total += count;
-  std::vector<std::byte> all(total);
-  comm.allgatherv(mine, counts, all);
-  std::vector<std::vector<std::byte>> blobs;
-  std::size_t offset = 0;
-  for (const std::size_t count : counts) {
-    blobs.emplace_back(all.begin() + static_cast<std::ptrdiff_t>(offset),
-                       all.begin() + static_cast<std::ptrdiff_t>(offset + count));
-    offset += count;
-  }
-  return blobs;
-}
-
-long long ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace comm
-}  // namespace gradcomp
+}  // namespace gradcomp::comm
