@@ -45,3 +45,19 @@ void HostCopy::copy_back() {
 }
 
 }  // namespace gradcomp::comm
+
+namespace gradcomp {
+
+std::size_t with_memory_taken(Communicator& comm, const TensorView& view,
+                              const std::function<void(const TensorView&)>& call) {
+  if (comm.takes(view.device())) {
+    call(view);
+    return 0;
+  }
+  comm::HostCopy copy(view);
+  call(copy.host_view());
+  copy.copy_back();
+  return 2 * view.bytes();
+}
+
+}  // namespace gradcomp

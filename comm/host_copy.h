@@ -1,6 +1,6 @@
-// The one place that stages: a host copy of device memory, for a communicator that does not take the device
-// (compressed_allreduce runs the CPU codec path on it; tests/comm/through_host.h wraps a whole communicator). Without
-// CUDA in the build, device memory is rejected with InvalidArgument.
+// The one place that stages: a host copy of device memory, for a communicator that does not take the device. Callers
+// use with_memory_taken() (gradcomp/communicator.h); tests/comm/through_host.h wraps a whole communicator with it.
+// Without CUDA in the build, device memory is rejected with InvalidArgument.
 #pragma once
 
 #include <cstddef>

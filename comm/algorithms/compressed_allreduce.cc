@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include "comm/algorithms/algorithms.h"
-#include "comm/host_copy.h"
 #include "gradcomp/collectives.h"
 #include "gradcomp/error.h"
 #include "kernels/usage_counters.h"
@@ -175,13 +174,14 @@ AllreduceStats run_call(Communicator& comm, Compressor& compressor, const Tensor
   if (!comm.takes(tensor.device())) {
     // This communicator cannot take the tensor's device memory (MPI, torch on gloo): stage the whole tensor once, run
     // on the host (CPU codec path), copy the result back; counted in the stats.
-    comm::HostCopy stage(tensor);
     AllreduceOptions inner = options;
     inner.verify = false;
-    AllreduceStats inner_stats = run_call(comm, compressor, stage.host_view(), name, inner);
-    stage.copy_back();
+    AllreduceStats inner_stats;
+    const std::size_t staged = with_memory_taken(comm, tensor, [&](const TensorView& host) {
+      inner_stats = run_call(comm, compressor, host, name, inner);
+    });
     inner_stats.communicate_s += stats.communicate_s;
-    inner_stats.staged_bytes += 2 * tensor.bytes();
+    inner_stats.staged_bytes += staged;
     return inner_stats;
   }
   // Host tensors work in host memory; device tensors stay on their device (CUDA codec, device payloads, the

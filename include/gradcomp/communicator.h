@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -103,6 +104,14 @@ class Communicator {
   // cuda:0, but it takes ...".
   void require_memory(Memory memory, std::string_view op) const;
 };
+
+// Runs `call` on `view` in memory `comm` takes: on `view` itself, or, when comm does not take view's device (a CUDA
+// tensor on MPI or torch on gloo), on a host copy of it (pooled, copied on view's stream) that is copied back over
+// view after `call` returns (not when it throws). The one place that stages device memory for a communicator
+// (comm/host_copy.cc); compressed_allreduce and the Python bindings use it. Returns the bytes copied (0, or 2 x
+// view.bytes()). Throws InvalidArgument for a CUDA view in a build without CUDA.
+std::size_t with_memory_taken(Communicator& comm, const TensorView& view,
+                              const std::function<void(const TensorView&)>& call);
 
 // Default deadline of every blocking call: GRADCOMP_TIMEOUT_S (seconds, may be fractional) or 60 s.
 std::chrono::milliseconds default_comm_timeout();
