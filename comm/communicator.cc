@@ -36,4 +36,16 @@ void Communicator::require_memory(Memory memory, std::string_view op) const {
                                     takes(Device::cuda(0)) ? "host and CUDA memory" : "host memory"));
 }
 
+void Communicator::require_reduce(DType dtype, ReduceOp op) const {
+  bool ok = false;
+  switch (op) {
+    case ReduceOp::kSum: ok = true; break;
+    case ReduceOp::kAverage: ok = dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16; break;
+    case ReduceOp::kMax:
+    case ReduceOp::kMin: ok = dtype == DType::kF32 || dtype == DType::kI32 || dtype == DType::kU8; break;
+  }
+  GRADCOMP_CHECK(ok, "{} communicator (rank {}): allreduce '{}' is not defined for {} tensors", backend(), rank(),
+                 reduce_op_name(op), dtype_name(dtype));
+}
+
 }  // namespace gradcomp

@@ -31,18 +31,6 @@ void combine_half(std::uint16_t* acc, const std::uint16_t* in, std::size_t n, To
 
 }  // namespace
 
-void check_reduce(DType dtype, ReduceOp op, std::string_view backend, int rank) {
-  bool ok = false;
-  switch (op) {
-    case ReduceOp::kSum: ok = true; break;
-    case ReduceOp::kAverage: ok = dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16; break;
-    case ReduceOp::kMax:
-    case ReduceOp::kMin: ok = dtype == DType::kF32 || dtype == DType::kI32 || dtype == DType::kU8; break;
-  }
-  GRADCOMP_CHECK(ok, "{} communicator (rank {}): allreduce '{}' is not defined for {} tensors", backend, rank,
-                 reduce_op_name(op), dtype_name(dtype));
-}
-
 void reduce_into(void* acc, const void* in, std::size_t n, DType dtype, ReduceOp op) {
   switch (dtype) {
     case DType::kF32: combine(static_cast<float*>(acc), static_cast<const float*>(in), n, op); return;

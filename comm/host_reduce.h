@@ -1,17 +1,12 @@
-// Element-wise reductions on host memory for the communicators that reduce themselves (in-process, MPI's kAverage),
-// and the check of which reductions are defined.
+// Element-wise reductions on host memory for the communicators that reduce themselves (in-process, MPI's kAverage).
 #pragma once
 
 #include <cstddef>
-#include <string_view>
 
 #include "gradcomp/communicator.h"
 #include "gradcomp/tensor.h"
 
 namespace gradcomp::comm {
-
-// Throws InvalidArgument unless `op` is defined for `dtype` (see ReduceOp) — naming the backend and rank.
-void check_reduce(DType dtype, ReduceOp op, std::string_view backend, int rank);
 
 // acc[i] = acc[i] (op) in[i] for `n` elements of `dtype` (kAverage accumulates like kSum). f16/bf16 are added in
 // f32 and rounded once per call (round to nearest even).

@@ -154,7 +154,7 @@ class LocalCommunicator final : public Communicator {
 
   void allreduce(const TensorView& inout, ReduceOp op) override {
     require_memory(Memory::of(inout), "allreduce");
-    comm::check_reduce(inout.dtype(), op, "local", rank_);
+    require_reduce(inout.dtype(), op);
     const auto* bytes = static_cast<const std::byte*>(inout.data());
     scratch_.assign(bytes, bytes + inout.bytes());
     Post& mine = begin(Op::kAllreduce, scratch_.data(), scratch_.size());

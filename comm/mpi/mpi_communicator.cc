@@ -22,7 +22,7 @@
 #include "comm/host_reduce.h"
 #include "comm/mpi/mpi_family.h"
 #include "comm/mpi/mpi_ring.h"
-#include "comm/staged_allreduce.h"
+#include "comm/owned_buffer_allreduce.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/error.h"
 #include "src/core/env.h"
@@ -44,14 +44,14 @@ void copy_bytes(void* to, const void* from, std::size_t bytes) {
   if (bytes > 0) std::memcpy(to, from, bytes);
 }
 
-class MpiCommunicator final : public Communicator, public StagedAllreduce {
+class MpiCommunicator final : public Communicator, public OwnedBufferAllreduce {
  public:
   // `comm` is the family's root (not freed here) or a communicator split from a member (freed here while unbroken).
   MpiCommunicator(MPI_Comm comm, std::shared_ptr<mpi::MpiFamily> family, std::chrono::milliseconds timeout)
       : comm_(comm),
         family_(std::move(family)),
         timeout_(timeout),
-        ring_min_bytes_(ring_min_bytes_from_env()),
+        ring_min_bytes_(mpi::ring_min_bytes_from_env()),
         ops_(std::make_shared<OpBuffers>()) {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
@@ -75,7 +75,7 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
 
   void allreduce(const TensorView& inout, ReduceOp op) override {
     require_memory(Memory::of(inout), "allreduce");
-    comm::check_reduce(inout.dtype(), op, "mpi", rank_);
+    require_reduce(inout.dtype(), op);
     const int count = to_int(inout.numel(), "allreduce element count", rank_);
     enter("allreduce");
     learn_layout(inout.bytes());
@@ -87,7 +87,7 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
     if (op == ReduceOp::kAverage) comm::divide_by(inout.data(), inout.numel(), inout.dtype(), size_);
   }
 
-  void allreduce_staged(std::size_t capacity, const Fill& fill, const Drain& drain) override {
+  void allreduce_in_owned_buffer(std::size_t capacity, const Fill& fill, const Drain& drain) override {
     enter("allreduce");
     learn_layout(capacity);
     const std::shared_ptr<OpBuffers> ops = ops_;  // kept: an abandoned request swaps ops_ for fresh buffers
@@ -96,10 +96,10 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
     const std::size_t element = dtype_size(filled.dtype);
     GRADCOMP_CHECK(filled.bytes <= capacity && filled.offset <= filled.bytes &&
                        filled.count <= (filled.bytes - filled.offset) / element,
-                   "mpi communicator: staged allreduce on rank {}: {} elements of {} at byte {} do not fit the {} "
+                   "mpi communicator: owned-buffer allreduce on rank {}: {} elements of {} at byte {} do not fit the {} "
                    "bytes written (capacity {})",
                    rank_, filled.count, dtype_name(filled.dtype), filled.offset, filled.bytes, capacity);
-    comm::check_reduce(filled.dtype, ReduceOp::kSum, "mpi", rank_);
+    require_reduce(filled.dtype, ReduceOp::kSum);
     const int count = to_int(filled.count, "allreduce element count", rank_);
     const std::byte* body = reduce_owned(*ops, filled.offset, count, filled.dtype, ReduceOp::kSum,
                                          filled.count * element);
@@ -298,17 +298,6 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
     ring_layout_ = distinct.size() == 1 || distinct.size() == colors.size();
   }
 
-  // GRADCOMP_MPI_RING_MIN_BYTES: arrays of at least this many bytes take our ring; "off": none do.
-  static std::size_t ring_min_bytes_from_env() {
-    constexpr std::size_t kDefault = std::size_t{1} << 20;
-    const auto text = env::text("GRADCOMP_MPI_RING_MIN_BYTES");
-    if (!text) return kDefault;
-    if (*text == "off") return std::numeric_limits<std::size_t>::max();
-    const auto bytes = env::integer("GRADCOMP_MPI_RING_MIN_BYTES", 0, std::numeric_limits<long long>::max(),
-                                    "bytes (or 'off')");
-    return static_cast<std::size_t>(*bytes);
-  }
-
   // The buffers of this call with `send` copied in and room for `recv_bytes`.
   OpBuffers& stage_in(std::span<const std::byte> send, std::size_t recv_bytes) {
     OpBuffers& b = *ops_;
@@ -377,20 +366,7 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
 
   void to_counts(std::span<const std::size_t> counts, std::size_t total, std::vector<int>& out,
                  std::vector<int>& displs, std::string_view what) const {
-    GRADCOMP_CHECK(counts.size() == static_cast<std::size_t>(size_),
-                   "mpi communicator: {} on rank {} needs {} counts, got {}", what, rank_, size_, counts.size());
-    const std::size_t sum = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-    GRADCOMP_CHECK(sum == total, "mpi communicator: {} on rank {}: counts add up to {} bytes, buffer has {}", what,
-                   rank_, sum, total);
-    to_int(sum, fmt::format("{} total bytes", what), rank_);
-    out.resize(counts.size());
-    displs.resize(counts.size());
-    std::size_t offset = 0;
-    for (std::size_t r = 0; r < counts.size(); ++r) {
-      out[r] = static_cast<int>(counts[r]);
-      displs[r] = static_cast<int>(offset);
-      offset += counts[r];
-    }
+    mpi::to_counts(counts, total, out, displs, what, rank_, size_);
   }
 
   MPI_Comm comm_;
@@ -417,21 +393,6 @@ std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& opti
   }
   auto family = std::make_shared<mpi::MpiFamily>(world);
   return std::make_unique<MpiCommunicator>(world, std::move(family), options.timeout);
-}
-
-std::string mpi_thread_level() {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) return "none";
-  int provided = mpi::provided_thread_level();
-  if (provided < 0) MPI_Query_thread(&provided);
-  switch (provided) {
-    case MPI_THREAD_SINGLE: return "single";
-    case MPI_THREAD_FUNNELED: return "funneled";
-    case MPI_THREAD_SERIALIZED: return "serialized";
-    case MPI_THREAD_MULTIPLE: return "multiple";
-  }
-  return fmt::format("unknown ({})", provided);
 }
 
 }  // namespace gradcomp

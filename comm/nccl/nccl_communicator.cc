@@ -106,7 +106,7 @@ class NcclCommunicator final : public Communicator {
 
   void allreduce(const TensorView& inout, ReduceOp op) override {
     require_memory(Memory::of(inout), "allreduce");
-    comm::check_reduce(inout.dtype(), op, "nccl", rank_);
+    require_reduce(inout.dtype(), op);
     const DeviceScope scope(Device::cuda(device_));
     const auto bytes = std::span<std::byte>(static_cast<std::byte*>(inout.data()), inout.bytes());
     if (inout.device().is_cpu()) {

@@ -103,6 +103,8 @@ class Communicator {
   // Throws InvalidArgument unless takes(memory.device): "<backend> communicator (rank r): <op> got buffers on
   // cuda:0, but it takes ...".
   void require_memory(Memory memory, std::string_view op) const;
+  // Throws InvalidArgument unless `op` is defined for `dtype` (see ReduceOp), naming the backend and rank.
+  void require_reduce(DType dtype, ReduceOp op) const;
 };
 
 // Runs `call` on `view` in memory `comm` takes: on `view` itself, or, when comm does not take view's device (a CUDA

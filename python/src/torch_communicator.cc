@@ -66,6 +66,7 @@ nb::object TorchCommunicator::call(const char* method, Memory memory, Args&&... 
 
 void TorchCommunicator::allreduce(const TensorView& inout, ReduceOp op) {
   require_memory(Memory::of(inout), "allreduce");
+  require_reduce(inout.dtype(), op);
   nb::gil_scoped_acquire gil;
   call("allreduce", Memory::of(inout), borrowed_torch_tensor(inout.data(), inout.numel(), inout.dtype(), inout.device()),
        std::string(reduce_op_name(op)));
