@@ -29,7 +29,9 @@ class HostCopy {
 
   std::span<std::byte> host() { return {host_.data(), bytes_}; }
   // The host copy as a tensor (the device view's numel and dtype; constructed from a TensorView only).
-  TensorView host_view() const { return TensorView(host_.data(), view_.numel(), view_.dtype()).with_rows(view_.rows()); }
+  TensorView host_view() const {
+    return TensorView(host_.data(), view_.numel(), view_.dtype()).with_rows(view_.rows());
+  }
   // Copies the host block back over the device memory and waits for it.
   void copy_back();
 

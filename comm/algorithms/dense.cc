@@ -1,8 +1,8 @@
 // Dense allreduce of a summable payload: the body is one array of the codec's wire dtype, so summing bodies
 // elementwise sums what the ranks transmitted. For kAverage each rank prescales by 1/n before encoding, so a
 // half-precision sum cannot overflow where the average would not (PyTorch's fp16 hook does the same).
-// On a communicator that reduces only memory it owns (comm/owned_buffer_allreduce.h: MPI) the codec encodes straight into
-// that memory and decodes from the result: two passes over the tensor instead of four.
+// On a communicator that reduces only memory it owns (comm/owned_buffer_allreduce.h: MPI) the codec encodes straight
+// into that memory and decodes from the result: two passes over the tensor instead of four.
 #include <algorithm>
 #include <array>
 
@@ -37,7 +37,8 @@ std::size_t checked_body_bytes(const Call& call, const CompressorTraits& traits,
 }
 
 // The dense algorithm inside the communicator's own buffers: encode into its send buffer, decode from its result.
-void run_dense_in_owned_buffer(Call& call, OwnedBufferAllreduce& staged, const CompressorTraits& traits, float prescale) {
+void run_dense_in_owned_buffer(Call& call, OwnedBufferAllreduce& staged, const CompressorTraits& traits,
+                               float prescale) {
   const std::size_t capacity = call.compressor.max_payload_bytes(call.tensor.numel());
   std::size_t body_bytes = 0;
   double compress_s = 0, decompress_s = 0, total_s = 0;

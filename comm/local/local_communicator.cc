@@ -179,11 +179,6 @@ class LocalCommunicator final : public Communicator {
     sync_end(Op::kAllreduce);
   }
 
-  using Communicator::allgather;
-  using Communicator::allgatherv;
-  using Communicator::alltoallv;
-  using Communicator::broadcast;
-
   void allgather(std::span<const std::byte> send, std::span<std::byte> recv, Memory memory) override {
     require_memory(memory, "allgather");
     GRADCOMP_CHECK(recv.size() == send.size() * static_cast<std::size_t>(size()),

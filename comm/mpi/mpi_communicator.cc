@@ -112,11 +112,6 @@ class MpiCommunicator final : public Communicator, public OwnedBufferAllreduce {
     drain(std::span<const std::byte>(result, filled.bytes));
   }
 
-  using Communicator::allgather;
-  using Communicator::allgatherv;
-  using Communicator::alltoallv;
-  using Communicator::broadcast;
-
   void allgather(std::span<const std::byte> send, std::span<std::byte> recv, Memory memory) override {
     require_memory(memory, "allgather");
     GRADCOMP_CHECK(recv.size() == send.size() * static_cast<std::size_t>(size_),
@@ -194,7 +189,7 @@ class MpiCommunicator final : public Communicator, public OwnedBufferAllreduce {
     // MPI_Comm_split blocks without a deadline; a timed allgather first proves every rank has arrived.
     std::int32_t mine[2] = {color, key};
     std::vector<std::int32_t> all(2 * static_cast<std::size_t>(size_));
-    allgather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)));
+    allgather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)), Memory::host());
     MPI_Comm child = MPI_COMM_NULL;
     check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child), "MPI_Comm_split", 0);
     if (child == MPI_COMM_NULL) return nullptr;
@@ -212,7 +207,7 @@ class MpiCommunicator final : public Communicator, public OwnedBufferAllreduce {
     check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &shared), "MPI_Comm_split_type", 0);
     MpiCommunicator node(shared, family_, timeout_);
     std::int32_t leader = rank_;
-    node.broadcast(std::as_writable_bytes(std::span(&leader, 1)), 0);
+    node.broadcast(std::as_writable_bytes(std::span(&leader, 1)), 0, Memory::host());
     node_color_ = leader;
     return leader;
   }
@@ -291,7 +286,7 @@ class MpiCommunicator final : public Communicator, public OwnedBufferAllreduce {
     if (size_ == 1 || bytes < ring_min_bytes_ || ring_layout_) return;
     const std::int32_t mine = node_color();
     std::vector<std::int32_t> colors(static_cast<std::size_t>(size_));
-    allgather(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(colors)));
+    allgather(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(colors)), Memory::host());
     std::vector<std::int32_t> distinct = colors;
     std::sort(distinct.begin(), distinct.end());
     distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());

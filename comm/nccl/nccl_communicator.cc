@@ -124,11 +124,6 @@ class NcclCommunicator final : public Communicator {
     }, producer);
   }
 
-  using Communicator::allgather;
-  using Communicator::allgatherv;
-  using Communicator::alltoallv;
-  using Communicator::broadcast;
-
   void allgather(std::span<const std::byte> send, std::span<std::byte> recv, Memory memory) override {
     require_memory(memory, "allgather");
     GRADCOMP_CHECK(recv.size() == send.size() * static_cast<std::size_t>(size_),

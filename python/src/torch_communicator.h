@@ -38,10 +38,6 @@ class TorchCommunicator final : public Communicator {
 
   // f16/bf16 sums on gloo are summed in f32 and rounded once (the adapter's split sum): identical on every rank.
   void allreduce(const TensorView& inout, ReduceOp op) override;
-  using Communicator::allgather;
-  using Communicator::allgatherv;
-  using Communicator::alltoallv;
-  using Communicator::broadcast;
   void allgather(std::span<const std::byte> send, std::span<std::byte> recv, Memory memory) override;
   void allgatherv(std::span<const std::byte> send, std::span<const std::size_t> recv_counts,
                   std::span<std::byte> recv, Memory memory) override;

@@ -25,11 +25,6 @@ class ThroughHost final : public Communicator {
   void set_timeout(std::chrono::milliseconds timeout) override { inner_.set_timeout(timeout); }
   int node_color() override { return inner_.node_color(); }
 
-  using Communicator::allgather;
-  using Communicator::allgatherv;
-  using Communicator::alltoallv;
-  using Communicator::broadcast;
-
   void allreduce(const TensorView& inout, ReduceOp op) override {
     if (inout.device().is_cpu()) return inner_.allreduce(inout, op);
     comm::HostCopy stage(inout);
