@@ -93,11 +93,11 @@ class ProcessGroupAdapter:
         longest = max(counts)
         if longest == 0:
             return
-        if min(counts) == longest:
-            self.allgather(send, recv, timeout_s, stream)
-            return
-        # torch has no allgatherv: blocks padded to the longest (in the memory of `recv`), then packed.
         with _on_stream(recv, stream):
+            if min(counts) == longest:
+                self.allgather(send, recv, timeout_s)
+                return
+            # torch has no allgatherv: blocks padded to the longest (in the memory of `recv`), then packed.
             padded = self._buffer("agv_send", longest, torch.uint8, recv.device)
             padded[:send.numel()].copy_(send)
             gathered = self._buffer("agv_recv", self.size * longest, torch.uint8, recv.device)
