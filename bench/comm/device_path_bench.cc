@@ -1,6 +1,6 @@
 // device_path_bench: the fused Runtime on one rank's gradients, per spec: GB/s of gradient per step (gradient bytes /
 // wall time of enqueue-all + synchronize), on CUDA tensors over a communicator that takes device memory (NCCL with
-// one rank when the build has it, else the in-process backend behind comm::stage_device_memory), or on host tensors
+// one rank when the build has it, else the in-process backend behind testing::through_host), or on host tensors
 // (--device cpu, runs anywhere). Also reports bytes staged through the host per step (0 on the device-resident
 // path) and compares every result with the host path's bits on the same input (#wrong; exit 1 on any); on host
 // tensors, where the host runtime is the path measured, with the codec alone instead (device_path_reference.h: each
@@ -21,7 +21,7 @@
 #include <fmt/format.h>
 
 #include "bench/comm/device_path_reference.h"
-#include "comm/device_staging.h"
+#include "tests/comm/through_host.h"
 #include "gradcomp/config.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
@@ -114,7 +114,7 @@ int run(const Config& config) {
   }
 #endif
   if (cuda && !device_comm) {
-    device_comm = comm::stage_device_memory(world);
+    device_comm = testing::through_host(world);
     comm_name = "local+staging";
   }
   GRADCOMP_CHECK(!cuda || GRADCOMP_WITH_CUDA, "device_path_bench: --device cuda needs a CUDA build");

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 
 #include "comm/algorithms/algorithms.h"
-#include "comm/host_stage.h"
 #include "gradcomp/collectives.h"
 #include "gradcomp/error.h"
 #include "kernels/usage_counters.h"
@@ -109,7 +108,7 @@ void run_hierarchical(Communicator& comm, algorithms::MemorySpace& space, Compre
   {
     algorithms::Stopwatch watch(stats.communicate_s);
     space.synchronize();
-    groups->node->broadcast(std::span<std::byte>(work_bytes.data(), numel * sizeof(float)), 0);
+    groups->node->broadcast(std::span<std::byte>(work_bytes.data(), numel * sizeof(float)), 0, space.memory());
   }
   if (groups->node->rank() == 0) stats.wire_bytes += numel * sizeof(float);
   space.store_f32(work, tensor);
@@ -172,16 +171,17 @@ AllreduceStats run_call(Communicator& comm, Compressor& compressor, const Tensor
     algorithms::Stopwatch watch(stats.communicate_s);
     algorithms::verify_agreement(comm, compressor, tensor, name, options);
   }
-  if (tensor.device().is_cuda() && !comm.accepts_device_memory()) {
-    // This communicator cannot take device memory (MPI that is not CUDA-aware): stage the whole tensor once, run on
-    // the host (CPU codec path), copy the result back; counted in the stats.
-    comm::HostStage stage(tensor);
+  if (!comm.takes(tensor.device())) {
+    // This communicator cannot take the tensor's device memory (MPI, torch on gloo): stage the whole tensor once, run
+    // on the host (CPU codec path), copy the result back; counted in the stats.
     AllreduceOptions inner = options;
     inner.verify = false;
-    AllreduceStats inner_stats = run_call(comm, compressor, stage.host_view(), name, inner);
-    stage.copy_back();
+    AllreduceStats inner_stats;
+    const std::size_t staged = with_memory_taken(comm, tensor, [&](const TensorView& host) {
+      inner_stats = run_call(comm, compressor, host, name, inner);
+    });
     inner_stats.communicate_s += stats.communicate_s;
-    inner_stats.staged_bytes += 2 * tensor.bytes();
+    inner_stats.staged_bytes += staged;
     return inner_stats;
   }
   // Host tensors work in host memory; device tensors stay on their device (CUDA codec, device payloads, the

@@ -1,13 +1,13 @@
 // Dense allreduce of a summable payload: the body is one array of the codec's wire dtype, so summing bodies
 // elementwise sums what the ranks transmitted. For kAverage each rank prescales by 1/n before encoding, so a
 // half-precision sum cannot overflow where the average would not (PyTorch's fp16 hook does the same).
-// On a communicator that reduces only memory it owns (comm/staged_allreduce.h: MPI) the codec encodes straight into
-// that memory and decodes from the result: two passes over the tensor instead of four.
+// On a communicator that reduces only memory it owns (comm/owned_buffer_allreduce.h: MPI) the codec encodes straight
+// into that memory and decodes from the result: two passes over the tensor instead of four.
 #include <algorithm>
 #include <array>
 
 #include "comm/algorithms/algorithms.h"
-#include "comm/staged_allreduce.h"
+#include "comm/owned_buffer_allreduce.h"
 #include "compressors/payload.h"
 #include "gradcomp/error.h"
 
@@ -37,12 +37,13 @@ std::size_t checked_body_bytes(const Call& call, const CompressorTraits& traits,
 }
 
 // The dense algorithm inside the communicator's own buffers: encode into its send buffer, decode from its result.
-void run_dense_staged(Call& call, StagedAllreduce& staged, const CompressorTraits& traits, float prescale) {
+void run_dense_in_owned_buffer(Call& call, OwnedBufferAllreduce& staged, const CompressorTraits& traits,
+                               float prescale) {
   const std::size_t capacity = call.compressor.max_payload_bytes(call.tensor.numel());
   std::size_t body_bytes = 0;
   double compress_s = 0, decompress_s = 0, total_s = 0;
   Stopwatch total(total_s);
-  staged.allreduce_staged(
+  staged.allreduce_in_owned_buffer(
       capacity,
       [&](std::span<std::byte> send) {
         Stopwatch watch(compress_s);
@@ -55,7 +56,7 @@ void run_dense_staged(Call& call, StagedAllreduce& staged, const CompressorTrait
         std::size_t offset = 0;
         body_bytes = checked_body_bytes(call, traits, prefix, size, offset);
         call.stats.payload_bytes = size;
-        return StagedAllreduce::Filled{size, offset, call.tensor.numel(), traits.wire_dtype};
+        return OwnedBufferAllreduce::Filled{size, offset, call.tensor.numel(), traits.wire_dtype};
       },
       [&](std::span<const std::byte> result) {
         Stopwatch watch(decompress_s);
@@ -75,8 +76,8 @@ void run_dense(Call& call) {
   require_codec(call, traits.summable, "dense", "a summable codec", "auto, allgather, sparse or sra");
   const int n = call.comm.size();
   const float prescale = call.options.op == ReduceOp::kAverage ? 1.0f / static_cast<float>(n) : 1.0f;
-  if (auto* staged = dynamic_cast<StagedAllreduce*>(&call.comm); staged != nullptr && !call.space.is_device()) {
-    run_dense_staged(call, *staged, traits, prescale);
+  if (auto* staged = dynamic_cast<OwnedBufferAllreduce*>(&call.comm); staged != nullptr && !call.space.is_device()) {
+    run_dense_in_owned_buffer(call, *staged, traits, prescale);
     return;
   }
   Bytes payload = compress_part(call, call.tensor, call.name, prescale, call.options.segments);

@@ -65,7 +65,8 @@ Bytes allgatherv_payloads(Call& call, const Bytes& payload, const std::vector<st
   Bytes gathered = call.space.allocate(total);
   gathered.shrink(total);
   call.space.synchronize();
-  call.comm.allgatherv(std::span<const std::byte>(payload.data(), padded_bytes(payload.size())), counts, gathered);
+  call.comm.allgatherv(std::span<const std::byte>(payload.data(), padded_bytes(payload.size())), counts, gathered,
+                           call.space.memory());
   call.stats.wire_bytes += ring_allgather_bytes(total, call.comm.size());
   return gathered;
 }

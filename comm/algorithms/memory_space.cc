@@ -42,6 +42,7 @@ std::size_t divide_and_count_nonzero(float* sum, std::size_t numel, float diviso
 class HostSpace final : public MemorySpace {
  public:
   bool is_device() const override { return false; }
+  Memory memory() const override { return Memory::host(); }
   TensorView view(void* data, std::size_t numel, DType dtype) const override {
     return TensorView(numel ? data : nullptr, numel, dtype);
   }

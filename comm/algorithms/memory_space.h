@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "comm/algorithms/buffer_pool.h"
+#include "gradcomp/communicator.h"
 #include "gradcomp/tensor.h"
 
 namespace gradcomp::algorithms {
@@ -64,6 +65,8 @@ class MemorySpace {
   virtual ~MemorySpace() = default;
   // True for device memory.
   virtual bool is_device() const = 0;
+  // Where this space's buffers live, for the communicator calls that move them.
+  virtual Memory memory() const = 0;
   // A view of `numel` elements of `dtype` at `data` in this space (device and stream filled in).
   virtual TensorView view(void* data, std::size_t numel, DType dtype) const = 0;
   // An uninitialized buffer of `bytes` bytes in this space (pooled: the hot path allocates nothing in steady state).

@@ -43,6 +43,7 @@ class CudaSpace final : public MemorySpace {
   explicit CudaSpace(const TensorView& tensor)
       : device_(tensor.device()), stream_(static_cast<cudaStream_t>(tensor.stream())), guard_(tensor.device().index) {}
   bool is_device() const override { return true; }
+  Memory memory() const override { return Memory::on(device_, stream_); }
   TensorView view(void* data, std::size_t numel, DType dtype) const override {
     return TensorView(numel ? data : nullptr, numel, dtype, device_, stream_);
   }

@@ -24,13 +24,13 @@ void ordered_sum_f32(Call& call, float* values, std::size_t numel) {
   received.shrink(n * mine * sizeof(float));
   sum.shrink(mine * sizeof(float));
   space.synchronize();
-  call.comm.alltoallv(all, piece_bytes, received, recv_counts);
+  call.comm.alltoallv(all, piece_bytes, received, recv_counts, space.memory());
   const auto* pieces = reinterpret_cast<const float*>(received.data());
   auto* acc = reinterpret_cast<float*>(sum.data());
   space.copy(acc, pieces, mine * sizeof(float));
   for (int r = 1; r < n; ++r) space.add(acc, pieces + static_cast<std::size_t>(r) * mine, mine);
   space.synchronize();
-  call.comm.allgatherv(sum, piece_bytes, all);
+  call.comm.allgatherv(sum, piece_bytes, all, space.memory());
   call.stats.wire_bytes += ring_allreduce_bytes(numel * sizeof(float), n);
 }
 

@@ -131,7 +131,7 @@ void run_scatter_reduce_allgather(Call& call) {
     received = space.allocate(recv_total);
     received.shrink(recv_total);
     space.synchronize();
-    call.comm.alltoallv(send, send_counts, received, recv_counts);
+    call.comm.alltoallv(send, send_counts, received, recv_counts, space.memory());
   }
   for (int d = 0; d < n; ++d) {
     if (d != me) call.stats.wire_bytes += send_counts[d];

@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "comm/algorithms/algorithms.h"
-#include "comm/comm_util.h"
+#include "comm/blobs.h"
 #include "gradcomp/error.h"
 #include "kernels/philox_ops.cuh"
 

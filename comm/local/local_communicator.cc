@@ -13,7 +13,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "comm/comm_util.h"
+#include "comm/comm_env.h"
+#include "comm/host_reduce.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/error.h"
 
@@ -152,9 +153,8 @@ class LocalCommunicator final : public Communicator {
   }
 
   void allreduce(const TensorView& inout, ReduceOp op) override {
-    GRADCOMP_CHECK(inout.device().is_cpu(), "local communicator: allreduce needs a CPU tensor, got {}",
-                   inout.describe());
-    comm::check_reduce(inout.dtype(), op, "local", rank_);
+    require_memory(Memory::of(inout), "allreduce");
+    require_reduce(inout.dtype(), op);
     const auto* bytes = static_cast<const std::byte*>(inout.data());
     scratch_.assign(bytes, bytes + inout.bytes());
     Post& mine = begin(Op::kAllreduce, scratch_.data(), scratch_.size());
@@ -179,7 +179,8 @@ class LocalCommunicator final : public Communicator {
     sync_end(Op::kAllreduce);
   }
 
-  void allgather(std::span<const std::byte> send, std::span<std::byte> recv) override {
+  void allgather(std::span<const std::byte> send, std::span<std::byte> recv, Memory memory) override {
+    require_memory(memory, "allgather");
     GRADCOMP_CHECK(recv.size() == send.size() * static_cast<std::size_t>(size()),
                    "local communicator: allgather on rank {} needs a receive buffer of {} x {} bytes, got {}", rank_,
                    size(), send.size(), recv.size());
@@ -191,7 +192,8 @@ class LocalCommunicator final : public Communicator {
   }
 
   void allgatherv(std::span<const std::byte> send, std::span<const std::size_t> recv_counts,
-                  std::span<std::byte> recv) override {
+                  std::span<std::byte> recv, Memory memory) override {
+    require_memory(memory, "allgatherv");
     check_counts(recv_counts, recv.size(), "allgatherv");
     begin(Op::kAllgatherv, send.data(), send.size());
     sync(Op::kAllgatherv);
@@ -209,7 +211,8 @@ class LocalCommunicator final : public Communicator {
   }
 
   void alltoallv(std::span<const std::byte> send, std::span<const std::size_t> send_counts,
-                 std::span<std::byte> recv, std::span<const std::size_t> recv_counts) override {
+                 std::span<std::byte> recv, std::span<const std::size_t> recv_counts, Memory memory) override {
+    require_memory(memory, "alltoallv");
     check_counts(recv_counts, recv.size(), "alltoallv (receive)");
     check_counts(send_counts, send.size(), "alltoallv (send)");
     Post& mine = begin(Op::kAlltoallv, send.data(), send.size());
@@ -230,7 +233,8 @@ class LocalCommunicator final : public Communicator {
     sync_end(Op::kAlltoallv);
   }
 
-  void broadcast(std::span<std::byte> buffer, int root) override {
+  void broadcast(std::span<std::byte> buffer, int root, Memory memory) override {
+    require_memory(memory, "broadcast");
     GRADCOMP_CHECK(root >= 0 && root < size(), "local communicator: broadcast root {} out of range [0, {})", root,
                    size());
     Post& mine = begin(Op::kBroadcast, buffer.data(), buffer.size());

@@ -2,7 +2,8 @@
 // a deadline, so a dead or stuck peer surfaces as gradcomp::Timeout instead of a hang; MPI error codes (the
 // communicator uses MPI_ERRORS_RETURN) become CommError. After the first failure the communicator and its whole
 // family (comm/mpi/mpi_family.h) refuse every call with CommError, on every rank that hears of it. MPI only ever sees
-// buffers this communicator owns: an abandoned collective cannot write into memory the caller freed.
+// buffers this communicator owns: an abandoned collective cannot write into memory the caller freed. It takes host
+// memory (MPI's buffers are host vectors it owns; device tensors are staged once by compressed_allreduce).
 #include "comm/mpi/mpi_support.h"
 
 #include <algorithm>
@@ -17,11 +18,11 @@
 
 #include <fmt/format.h>
 
-#include "comm/comm_util.h"
-#include "comm/host_stage.h"
+#include "comm/comm_env.h"
+#include "comm/host_reduce.h"
 #include "comm/mpi/mpi_family.h"
 #include "comm/mpi/mpi_ring.h"
-#include "comm/staged_allreduce.h"
+#include "comm/owned_buffer_allreduce.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/error.h"
 #include "src/core/env.h"
@@ -43,14 +44,14 @@ void copy_bytes(void* to, const void* from, std::size_t bytes) {
   if (bytes > 0) std::memcpy(to, from, bytes);
 }
 
-class MpiCommunicator final : public Communicator, public StagedAllreduce {
+class MpiCommunicator final : public Communicator, public OwnedBufferAllreduce {
  public:
   // `comm` is the family's root (not freed here) or a communicator split from a member (freed here while unbroken).
   MpiCommunicator(MPI_Comm comm, std::shared_ptr<mpi::MpiFamily> family, std::chrono::milliseconds timeout)
       : comm_(comm),
         family_(std::move(family)),
         timeout_(timeout),
-        ring_min_bytes_(ring_min_bytes_from_env()),
+        ring_min_bytes_(mpi::ring_min_bytes_from_env()),
         ops_(std::make_shared<OpBuffers>()) {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
     MPI_Comm_rank(comm_, &rank_);
@@ -73,13 +74,8 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
   }
 
   void allreduce(const TensorView& inout, ReduceOp op) override {
-    comm::check_reduce(inout.dtype(), op, "mpi", rank_);
-    if (inout.device().is_cuda()) {
-      comm::HostStage stage(inout);
-      allreduce(stage.host_view(), op);
-      stage.copy_back();
-      return;
-    }
+    require_memory(Memory::of(inout), "allreduce");
+    require_reduce(inout.dtype(), op);
     const int count = to_int(inout.numel(), "allreduce element count", rank_);
     enter("allreduce");
     learn_layout(inout.bytes());
@@ -91,7 +87,7 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
     if (op == ReduceOp::kAverage) comm::divide_by(inout.data(), inout.numel(), inout.dtype(), size_);
   }
 
-  void allreduce_staged(std::size_t capacity, const Fill& fill, const Drain& drain) override {
+  void allreduce_in_owned_buffer(std::size_t capacity, const Fill& fill, const Drain& drain) override {
     enter("allreduce");
     learn_layout(capacity);
     const std::shared_ptr<OpBuffers> ops = ops_;  // kept: an abandoned request swaps ops_ for fresh buffers
@@ -100,10 +96,10 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
     const std::size_t element = dtype_size(filled.dtype);
     GRADCOMP_CHECK(filled.bytes <= capacity && filled.offset <= filled.bytes &&
                        filled.count <= (filled.bytes - filled.offset) / element,
-                   "mpi communicator: staged allreduce on rank {}: {} elements of {} at byte {} do not fit the {} "
+                   "mpi communicator: owned-buffer allreduce on rank {}: {} elements of {} at byte {} do not fit the {} "
                    "bytes written (capacity {})",
                    rank_, filled.count, dtype_name(filled.dtype), filled.offset, filled.bytes, capacity);
-    comm::check_reduce(filled.dtype, ReduceOp::kSum, "mpi", rank_);
+    require_reduce(filled.dtype, ReduceOp::kSum);
     const int count = to_int(filled.count, "allreduce element count", rank_);
     const std::byte* body = reduce_owned(*ops, filled.offset, count, filled.dtype, ReduceOp::kSum,
                                          filled.count * element);
@@ -116,73 +112,69 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
     drain(std::span<const std::byte>(result, filled.bytes));
   }
 
-  void allgather(std::span<const std::byte> send, std::span<std::byte> recv) override {
+  void allgather(std::span<const std::byte> send, std::span<std::byte> recv, Memory memory) override {
+    require_memory(memory, "allgather");
     GRADCOMP_CHECK(recv.size() == send.size() * static_cast<std::size_t>(size_),
                    "mpi communicator: allgather on rank {} needs a receive buffer of {} x {} bytes, got {}", rank_,
                    size_, send.size(), recv.size());
     const int count = to_int(send.size(), "allgather bytes", rank_);
     to_int(recv.size(), "allgather receive bytes", rank_);
     enter("allgather");
-    comm::SpanStage stage(send, recv, /*cuda_aware=*/false);
-    OpBuffers& b = stage_in(stage.send(), recv.size());
+    OpBuffers& b = stage_in(send, recv.size());
     MPI_Request request;
     check(MPI_Iallgather(nonnull(b.send.data()), count, MPI_BYTE, nonnull(b.recv.data()), count, MPI_BYTE, comm_,
                          &request),
           "MPI_Iallgather", send.size());
     wait(request, "allgather", recv.size());
-    copy_bytes(stage.recv().data(), b.recv.data(), recv.size());
-    stage.copy_back();
+    copy_bytes(recv.data(), b.recv.data(), recv.size());
   }
 
   void allgatherv(std::span<const std::byte> send, std::span<const std::size_t> recv_counts,
-                  std::span<std::byte> recv) override {
+                  std::span<std::byte> recv, Memory memory) override {
+    require_memory(memory, "allgatherv");
     OpBuffers& b = *ops_;
     to_counts(recv_counts, recv.size(), b.counts, b.displs, "allgatherv");
     GRADCOMP_CHECK(recv_counts[rank_] == send.size(),
                    "mpi communicator: allgatherv on rank {} sends {} bytes but recv_counts[{}] = {}", rank_,
                    send.size(), rank_, recv_counts[rank_]);
     enter("allgatherv");
-    comm::SpanStage stage(send, recv, /*cuda_aware=*/false);
-    stage_in(stage.send(), recv.size());
+    stage_in(send, recv.size());
     MPI_Request request;
     check(MPI_Iallgatherv(nonnull(b.send.data()), b.counts[rank_], MPI_BYTE, nonnull(b.recv.data()), b.counts.data(),
                           b.displs.data(), MPI_BYTE, comm_, &request),
           "MPI_Iallgatherv", send.size());
     wait(request, "allgatherv", recv.size());
-    copy_bytes(stage.recv().data(), b.recv.data(), recv.size());
-    stage.copy_back();
+    copy_bytes(recv.data(), b.recv.data(), recv.size());
   }
 
   void alltoallv(std::span<const std::byte> send, std::span<const std::size_t> send_counts,
-                 std::span<std::byte> recv, std::span<const std::size_t> recv_counts) override {
+                 std::span<std::byte> recv, std::span<const std::size_t> recv_counts, Memory memory) override {
+    require_memory(memory, "alltoallv");
     OpBuffers& b = *ops_;
     to_counts(send_counts, send.size(), b.counts, b.displs, "alltoallv (send)");
     to_counts(recv_counts, recv.size(), b.recv_counts, b.recv_displs, "alltoallv (receive)");
     enter("alltoallv");
-    comm::SpanStage stage(send, recv, /*cuda_aware=*/false);
-    stage_in(stage.send(), recv.size());
+    stage_in(send, recv.size());
     MPI_Request request;
     check(MPI_Ialltoallv(nonnull(b.send.data()), b.counts.data(), b.displs.data(), MPI_BYTE, nonnull(b.recv.data()),
                          b.recv_counts.data(), b.recv_displs.data(), MPI_BYTE, comm_, &request),
           "MPI_Ialltoallv", send.size());
     wait(request, "alltoallv", send.size() + recv.size());
-    copy_bytes(stage.recv().data(), b.recv.data(), recv.size());
-    stage.copy_back();
+    copy_bytes(recv.data(), b.recv.data(), recv.size());
   }
 
-  void broadcast(std::span<std::byte> buffer, int root) override {
+  void broadcast(std::span<std::byte> buffer, int root, Memory memory) override {
+    require_memory(memory, "broadcast");
     GRADCOMP_CHECK(root >= 0 && root < size_, "mpi communicator: broadcast root {} out of range [0, {})", root, size_);
     const int count = to_int(buffer.size(), "broadcast bytes", rank_);
     enter("broadcast");
-    comm::SpanStage stage({buffer.data(), buffer.size()}, buffer, /*cuda_aware=*/false);
     OpBuffers& b = *ops_;
     b.recv.resize(buffer.size());
-    copy_bytes(b.recv.data(), stage.recv().data(), buffer.size());  // the root's data; overwritten elsewhere
+    copy_bytes(b.recv.data(), buffer.data(), buffer.size());  // the root's data; overwritten elsewhere
     MPI_Request request;
     check(MPI_Ibcast(nonnull(b.recv.data()), count, MPI_BYTE, root, comm_, &request), "MPI_Ibcast", buffer.size());
     wait(request, "broadcast", buffer.size());
-    copy_bytes(stage.recv().data(), b.recv.data(), buffer.size());
-    stage.copy_back();
+    copy_bytes(buffer.data(), b.recv.data(), buffer.size());
   }
 
   void barrier() override {
@@ -197,7 +189,7 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
     // MPI_Comm_split blocks without a deadline; a timed allgather first proves every rank has arrived.
     std::int32_t mine[2] = {color, key};
     std::vector<std::int32_t> all(2 * static_cast<std::size_t>(size_));
-    allgather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)));
+    allgather(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(all)), Memory::host());
     MPI_Comm child = MPI_COMM_NULL;
     check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child), "MPI_Comm_split", 0);
     if (child == MPI_COMM_NULL) return nullptr;
@@ -215,7 +207,7 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
     check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &shared), "MPI_Comm_split_type", 0);
     MpiCommunicator node(shared, family_, timeout_);
     std::int32_t leader = rank_;
-    node.broadcast(std::as_writable_bytes(std::span(&leader, 1)), 0);
+    node.broadcast(std::as_writable_bytes(std::span(&leader, 1)), 0, Memory::host());
     node_color_ = leader;
     return leader;
   }
@@ -294,22 +286,11 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
     if (size_ == 1 || bytes < ring_min_bytes_ || ring_layout_) return;
     const std::int32_t mine = node_color();
     std::vector<std::int32_t> colors(static_cast<std::size_t>(size_));
-    allgather(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(colors)));
+    allgather(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(colors)), Memory::host());
     std::vector<std::int32_t> distinct = colors;
     std::sort(distinct.begin(), distinct.end());
     distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
     ring_layout_ = distinct.size() == 1 || distinct.size() == colors.size();
-  }
-
-  // GRADCOMP_MPI_RING_MIN_BYTES: arrays of at least this many bytes take our ring; "off": none do.
-  static std::size_t ring_min_bytes_from_env() {
-    constexpr std::size_t kDefault = std::size_t{1} << 20;
-    const auto text = env::text("GRADCOMP_MPI_RING_MIN_BYTES");
-    if (!text) return kDefault;
-    if (*text == "off") return std::numeric_limits<std::size_t>::max();
-    const auto bytes = env::integer("GRADCOMP_MPI_RING_MIN_BYTES", 0, std::numeric_limits<long long>::max(),
-                                    "bytes (or 'off')");
-    return static_cast<std::size_t>(*bytes);
   }
 
   // The buffers of this call with `send` copied in and room for `recv_bytes`.
@@ -380,20 +361,7 @@ class MpiCommunicator final : public Communicator, public StagedAllreduce {
 
   void to_counts(std::span<const std::size_t> counts, std::size_t total, std::vector<int>& out,
                  std::vector<int>& displs, std::string_view what) const {
-    GRADCOMP_CHECK(counts.size() == static_cast<std::size_t>(size_),
-                   "mpi communicator: {} on rank {} needs {} counts, got {}", what, rank_, size_, counts.size());
-    const std::size_t sum = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
-    GRADCOMP_CHECK(sum == total, "mpi communicator: {} on rank {}: counts add up to {} bytes, buffer has {}", what,
-                   rank_, sum, total);
-    to_int(sum, fmt::format("{} total bytes", what), rank_);
-    out.resize(counts.size());
-    displs.resize(counts.size());
-    std::size_t offset = 0;
-    for (std::size_t r = 0; r < counts.size(); ++r) {
-      out[r] = static_cast<int>(counts[r]);
-      displs[r] = static_cast<int>(offset);
-      offset += counts[r];
-    }
+    mpi::to_counts(counts, total, out, displs, what, rank_, size_);
   }
 
   MPI_Comm comm_;
@@ -420,21 +388,6 @@ std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& opti
   }
   auto family = std::make_shared<mpi::MpiFamily>(world);
   return std::make_unique<MpiCommunicator>(world, std::move(family), options.timeout);
-}
-
-std::string mpi_thread_level() {
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  if (!initialized) return "none";
-  int provided = mpi::provided_thread_level();
-  if (provided < 0) MPI_Query_thread(&provided);
-  switch (provided) {
-    case MPI_THREAD_SINGLE: return "single";
-    case MPI_THREAD_FUNNELED: return "funneled";
-    case MPI_THREAD_SERIALIZED: return "serialized";
-    case MPI_THREAD_MULTIPLE: return "multiple";
-  }
-  return fmt::format("unknown ({})", provided);
 }
 
 }  // namespace gradcomp

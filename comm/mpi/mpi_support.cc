@@ -8,12 +8,16 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
+#include <numeric>
 
 #include <fmt/format.h>
 
 #include "gradcomp/error.h"
+#include "gradcomp/communicator.h"
 #include "kernels/half_ops.cuh"
+#include "src/core/env.h"
 
 namespace gradcomp::mpi {
 namespace {
@@ -116,4 +120,51 @@ void* nonnull(void* data) {
   return data != nullptr ? data : dummy;
 }
 
+void to_counts(std::span<const std::size_t> counts, std::size_t total, std::vector<int>& out, std::vector<int>& displs,
+               std::string_view what, int rank, int size) {
+  GRADCOMP_CHECK(counts.size() == static_cast<std::size_t>(size),
+                 "mpi communicator: {} on rank {} needs {} counts, got {}", what, rank, size, counts.size());
+  const std::size_t sum = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
+  GRADCOMP_CHECK(sum == total, "mpi communicator: {} on rank {}: counts add up to {} bytes, buffer has {}", what,
+                 rank, sum, total);
+  to_int(sum, fmt::format("{} total bytes", what), rank);
+  out.resize(counts.size());
+  displs.resize(counts.size());
+  std::size_t offset = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    out[r] = static_cast<int>(counts[r]);
+    displs[r] = static_cast<int>(offset);
+    offset += counts[r];
+  }
+}
+
+std::size_t ring_min_bytes_from_env() {
+  constexpr std::size_t kDefault = std::size_t{1} << 20;
+  const auto text = env::text("GRADCOMP_MPI_RING_MIN_BYTES");
+  if (!text) return kDefault;
+  if (*text == "off") return std::numeric_limits<std::size_t>::max();
+  const auto bytes = env::integer("GRADCOMP_MPI_RING_MIN_BYTES", 0, std::numeric_limits<long long>::max(),
+                                  "bytes (or 'off')");
+  return static_cast<std::size_t>(*bytes);
+}
+
 }  // namespace gradcomp::mpi
+
+namespace gradcomp {
+
+std::string mpi_thread_level() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) return "none";
+  int provided = mpi::provided_thread_level();
+  if (provided < 0) MPI_Query_thread(&provided);
+  switch (provided) {
+    case MPI_THREAD_SINGLE: return "single";
+    case MPI_THREAD_FUNNELED: return "funneled";
+    case MPI_THREAD_SERIALIZED: return "serialized";
+    case MPI_THREAD_MULTIPLE: return "multiple";
+  }
+  return fmt::format("unknown ({})", provided);
+}
+
+}  // namespace gradcomp

@@ -7,6 +7,8 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <span>
+#include <vector>
 #include <string>
 #include <string_view>
 
@@ -46,6 +48,15 @@ MPI_Op half_sum_op(DType dtype);
 
 // `value` as an MPI count; throws InvalidArgument naming `what` and `rank` past INT_MAX.
 int to_int(std::size_t value, std::string_view what, int rank);
+
+// Byte counts, one per rank, as MPI counts `out` and displacements `displs` (packed in rank order). Throws
+// InvalidArgument naming `what` and `rank` unless there are `size` of them adding up to `total` (within INT_MAX).
+void to_counts(std::span<const std::size_t> counts, std::size_t total, std::vector<int>& out, std::vector<int>& displs,
+               std::string_view what, int rank, int size);
+
+// GRADCOMP_MPI_RING_MIN_BYTES: arrays of at least this many bytes take the pipelined ring (default 1 MiB); "off":
+// none do (SIZE_MAX). Throws InvalidArgument for another value.
+std::size_t ring_min_bytes_from_env();
 
 // A non-null address for zero-length buffers (MPI implementations may reject null with a non-zero type size).
 void* nonnull(void* data);

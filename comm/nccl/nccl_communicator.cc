@@ -21,8 +21,8 @@
 
 #include <fmt/format.h>
 
-#include "comm/comm_util.h"
-#include "comm/host_stage.h"
+#include "comm/comm_env.h"
+#include "comm/host_reduce.h"
 #include "comm/nccl/nccl_staging.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/error.h"
@@ -96,7 +96,8 @@ class NcclCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "nccl"; }
-  bool accepts_device_memory() const override { return true; }
+  // Its own CUDA device, and host memory (staged: the negotiation's and the algorithms' small messages).
+  bool takes(Device device) const override { return device.is_cpu() || device == Device::cuda(device_); }
   std::chrono::milliseconds timeout() const override { return timeout_; }
   void set_timeout(std::chrono::milliseconds timeout) override {
     GRADCOMP_CHECK(timeout.count() > 0, "nccl communicator: timeout must be positive, got {} ms", timeout.count());
@@ -104,44 +105,45 @@ class NcclCommunicator final : public Communicator {
   }
 
   void allreduce(const TensorView& inout, ReduceOp op) override {
-    comm::check_reduce(inout.dtype(), op, "nccl", rank_);
+    require_memory(Memory::of(inout), "allreduce");
+    require_reduce(inout.dtype(), op);
     const DeviceScope scope(Device::cuda(device_));
     const auto bytes = std::span<std::byte>(static_cast<std::byte*>(inout.data()), inout.bytes());
     if (inout.device().is_cpu()) {
-      const comm::NcclStaging::Device device = begin(bytes, bytes, /*in_place=*/true, std::nullopt);
+      const comm::NcclStaging::Device device = begin(bytes, bytes, /*in_place=*/true, Memory::host());
       run("allreduce", inout.bytes(), [&](cudaStream_t s) {
         return ncclAllReduce(device.send, device.recv, inout.numel(), nccl_type(inout.dtype()), nccl_op(op), comm_, s);
       });
       return;
     }
-    GRADCOMP_CHECK(inout.device().index == device_, "nccl communicator on rank {} runs on cuda:{}, but the allreduce's "
-                   "tensor is {}", rank_, device_, inout.describe());
     // Ordered after the producer (the tensor's stream) by an event, run on this communicator's stream.
     const auto producer = static_cast<cudaStream_t>(inout.stream());
-    begin({}, {}, false, producer);
+    begin({}, {}, false, Memory::of(inout));
     run("allreduce", inout.bytes(), [&](cudaStream_t s) {
       return ncclAllReduce(inout.data(), inout.data(), inout.numel(), nccl_type(inout.dtype()), nccl_op(op), comm_, s);
     }, producer);
   }
 
-  void allgather(std::span<const std::byte> send, std::span<std::byte> recv) override {
+  void allgather(std::span<const std::byte> send, std::span<std::byte> recv, Memory memory) override {
+    require_memory(memory, "allgather");
     GRADCOMP_CHECK(recv.size() == send.size() * static_cast<std::size_t>(size_),
                    "nccl communicator: allgather on rank {} needs {} x {} bytes, got {}", rank_, size_, send.size(),
                    recv.size());
     const DeviceScope scope(Device::cuda(device_));
-    const comm::NcclStaging::Device device = begin(send, recv, false, std::nullopt);
+    const comm::NcclStaging::Device device = begin(send, recv, false, memory);
     run("allgather", recv.size(), [&](cudaStream_t s) {
       return ncclAllGather(device.send, device.recv, send.size(), ncclUint8, comm_, s);
-    });
+    }, producer_of(memory));
   }
 
   void allgatherv(std::span<const std::byte> send, std::span<const std::size_t> recv_counts,
-                  std::span<std::byte> recv) override {
+                  std::span<std::byte> recv, Memory memory) override {
+    require_memory(memory, "allgatherv");
     check_counts(recv_counts, recv.size(), "allgatherv");
     GRADCOMP_CHECK(recv_counts[rank_] == send.size(), "nccl communicator: allgatherv on rank {} sends {} bytes, "
                    "recv_counts says {}", rank_, send.size(), recv_counts[rank_]);
     const DeviceScope scope(Device::cuda(device_));
-    const comm::NcclStaging::Device device = begin(send, recv, false, std::nullopt);
+    const comm::NcclStaging::Device device = begin(send, recv, false, memory);
     run("allgatherv", recv.size(), [&](cudaStream_t s) {
       ncclResult_t result = ncclGroupStart();
       std::size_t offset = 0;
@@ -152,15 +154,16 @@ class NcclCommunicator final : public Communicator {
       }
       const ncclResult_t end = ncclGroupEnd();
       return result != ncclSuccess ? result : end;
-    });
+    }, producer_of(memory));
   }
 
   void alltoallv(std::span<const std::byte> send, std::span<const std::size_t> send_counts,
-                 std::span<std::byte> recv, std::span<const std::size_t> recv_counts) override {
+                 std::span<std::byte> recv, std::span<const std::size_t> recv_counts, Memory memory) override {
+    require_memory(memory, "alltoallv");
     check_counts(send_counts, send.size(), "alltoallv (send)");
     check_counts(recv_counts, recv.size(), "alltoallv (receive)");
     const DeviceScope scope(Device::cuda(device_));
-    const comm::NcclStaging::Device device = begin(send, recv, false, std::nullopt);
+    const comm::NcclStaging::Device device = begin(send, recv, false, memory);
     run("alltoallv", send.size() + recv.size(), [&](cudaStream_t s) {
       ncclResult_t result = ncclGroupStart();
       std::size_t send_offset = 0, recv_offset = 0;
@@ -176,16 +179,17 @@ class NcclCommunicator final : public Communicator {
       }
       const ncclResult_t end = ncclGroupEnd();
       return result != ncclSuccess ? result : end;
-    });
+    }, producer_of(memory));
   }
 
-  void broadcast(std::span<std::byte> buffer, int root) override {
+  void broadcast(std::span<std::byte> buffer, int root, Memory memory) override {
+    require_memory(memory, "broadcast");
     GRADCOMP_CHECK(root >= 0 && root < size_, "nccl communicator: broadcast root {} out of range [0, {})", root, size_);
     const DeviceScope scope(Device::cuda(device_));
-    const comm::NcclStaging::Device device = begin(buffer, buffer, /*in_place=*/true, std::nullopt);
+    const comm::NcclStaging::Device device = begin(buffer, buffer, /*in_place=*/true, memory);
     run("broadcast", buffer.size(), [&](cudaStream_t s) {
       return ncclBroadcast(device.send, device.recv, buffer.size(), ncclUint8, root, comm_, s);
-    });
+    }, producer_of(memory));
   }
 
   void barrier() override {
@@ -239,17 +243,23 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  // Prepares one operation (the caller holds a DeviceScope of device_): refuses after an abort, orders its stream after `producer` when given (the stream that wrote an allreduce's device tensor; the
-  // byte-span calls' device buffers were synchronized by their caller) and stages host spans (NcclStaging).
+  // The stream that produced a call's device buffers (and then waits for the call), none for host memory.
+  static std::optional<cudaStream_t> producer_of(Memory memory) {
+    if (memory.is_host()) return std::nullopt;
+    return static_cast<cudaStream_t>(memory.stream);
+  }
+
+  // Prepares one operation (the caller holds a DeviceScope of device_): refuses after an abort, orders its stream
+  // after the stream that produced device buffers (an event) and stages host spans (NcclStaging).
   comm::NcclStaging::Device begin(std::span<const std::byte> send, std::span<std::byte> recv, bool in_place,
-                                  std::optional<cudaStream_t> producer) {
+                                  Memory memory) {
     GRADCOMP_CHECK_AS(CommError, !aborted_, "nccl communicator on rank {} refused a call: it was aborted after an "
                       "earlier failure", rank_);
-    if (producer) {
+    if (const auto producer = producer_of(memory)) {
       produced_.record(*producer);
       produced_.order_before(stream_);
     }
-    return staging_.stage(send, recv, in_place, stream_);
+    return staging_.stage(send, recv, in_place, memory.is_host(), stream_);
   }
 
   // Enqueues `launch` on this communicator's stream and waits for it with the deadline; `producer` (when given) then

@@ -2,7 +2,6 @@
 
 #include <cstring>
 
-#include "comm/host_stage.h"
 #include "kernels/cuda_check.h"
 
 namespace gradcomp::comm {
@@ -13,10 +12,10 @@ std::size_t aligned(std::size_t bytes) { return (bytes + kAlign - 1) / kAlign * 
 }  // namespace
 
 NcclStaging::Device NcclStaging::stage(std::span<const std::byte> send, std::span<std::byte> recv, bool in_place,
-                                       cudaStream_t stream) {
+                                       bool host, cudaStream_t stream) {
   host_recv_ = {};
-  const bool send_host = !send.empty() && !is_device_pointer(send.data());
-  const bool recv_host = !in_place && !recv.empty() && !is_device_pointer(recv.data());
+  const bool send_host = host && !send.empty();
+  const bool recv_host = host && !in_place && !recv.empty();
   const std::size_t send_room = send_host ? aligned(send.size()) : 0;
   recv_offset_ = in_place ? 0 : send_room;
   const std::size_t total = send_room + (recv_host ? recv.size() : 0);

@@ -17,13 +17,15 @@ namespace gradcomp::comm {
 class NcclStaging {
  public:
   // Where a collective reads and writes: the spans themselves when they are device memory, else places in the
-  // staging blocks (the same place for both when `in_place`).
+  // staging blocks (the same place for both when `in_place`). The caller says which (Memory): nothing is probed.
   struct Device {
     const std::byte* send = nullptr;
     std::byte* recv = nullptr;
   };
-  // Prepares one call: a host `send` is copied into the staging block and enqueued to the device on `stream`.
-  Device stage(std::span<const std::byte> send, std::span<std::byte> recv, bool in_place, cudaStream_t stream);
+  // Prepares one call whose spans are host memory when `host` (else device memory, passed through): a host `send`
+  // is copied into the staging block and enqueued to the device on `stream`.
+  Device stage(std::span<const std::byte> send, std::span<std::byte> recv, bool in_place, bool host,
+               cudaStream_t stream);
   // After the collective was enqueued on `stream`: enqueues the copy of a host `recv` back to page-locked memory.
   void copy_back_async(cudaStream_t stream);
   // Once the stream has passed copy_back_async(): copies the result into the host `recv`.

@@ -84,7 +84,7 @@ struct AllreduceStats {
   std::size_t union_nnz = 0;       // sparse allreduce: nonzeros of the aggregated result (0 when it went dense)
   bool hierarchical = false;
   // Bytes copied between device and host because the communicator cannot take device memory (a CUDA tensor on a
-  // communicator without accepts_device_memory(): staged once each way per call); 0 on the device-resident path.
+  // communicator that does not take the tensor's device: staged once each way per call); 0 on the device-resident path.
   std::size_t staged_bytes = 0;
   // Blocks of working memory this call obtained from the system (a miss of gradcomp's per-thread pools: payload and
   // gather buffers, counters, codec workspaces that grew, communicator staging) and times the calling thread waited
@@ -100,7 +100,7 @@ struct AllreduceStats {
 // transmitted for `name`. Every rank must call it with the same name, numel, dtype and compressor spec; a mismatch
 // throws InvalidArgument on every rank naming both sides. All ranks end with bit-identical tensors. A CUDA tensor stays
 // on its device (CUDA codec, device payloads, CUDA decode, ordered on the tensor's stream) when
-// comm.accepts_device_memory() (NCCL); otherwise it is staged through host memory once per call (the CPU codec path;
+// comm.takes(tensor.device()) (NCCL, torch on NCCL); otherwise it is staged through host memory once per call (the CPU codec path;
 // AllreduceStats::staged_bytes). Error-feedback state is keyed by the segment names (or `name`),
 // also under scatter-reduce-allgather; the chunk owner's re-quantization keeps its own residual under "<name>#sra".
 AllreduceStats compressed_allreduce(Communicator& comm, Compressor& compressor, const TensorView& tensor,

@@ -43,11 +43,19 @@ void init_comm(nb::module_& m) {
       .def_prop_ro("size", &Communicator::size)
       .def_prop_ro("backend", &Communicator::backend)
       .def(
+          "takes",
+          [](const Communicator& c, std::string_view device) {
+            if (device == "cpu") return c.takes(Device::cpu());
+            GRADCOMP_CHECK(device.starts_with("cuda:"), "takes(): device must be 'cpu' or 'cuda:N', got '{}'", device);
+            return c.takes(Device::cuda(std::stoi(std::string(device.substr(5)))));
+          },
+          "device"_a, "Whether every call takes buffers on `device` ('cpu' or 'cuda:N') without staging.")
+      .def(
           "allreduce",
           [](Communicator& c, const OutArray& tensor, std::string_view op, std::uintptr_t stream) {
             const TensorView view = to_view(tensor, "allreduce() tensor", stream);
             nb::gil_scoped_release release;
-            c.allreduce(view, op_of(op));
+            with_memory_taken(c, view, [&](const TensorView& taken) { c.allreduce(taken, op_of(op)); });
           },
           "tensor"_a, "op"_a = "sum", "stream"_a = 0)
       .def(
@@ -55,7 +63,9 @@ void init_comm(nb::module_& m) {
           [](Communicator& c, const OutArray& buffer, int root) {
             const TensorView view = to_view(buffer, "broadcast() buffer", 0);
             nb::gil_scoped_release release;
-            c.broadcast({static_cast<std::byte*>(view.data()), view.bytes()}, root);
+            with_memory_taken(c, view, [&](const TensorView& taken) {
+              c.broadcast({static_cast<std::byte*>(taken.data()), taken.bytes()}, root, Memory::of(taken));
+            });
           },
           "buffer"_a, "root"_a = 0)
       .def("barrier",

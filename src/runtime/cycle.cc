@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "comm/comm_util.h"
+#include "comm/blobs.h"
 #include "gradcomp/error.h"
 #include "src/runtime/fusion.h"
 #include "src/runtime/runtime_impl.h"

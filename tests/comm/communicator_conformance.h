@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "gradcomp/communicator.h"
@@ -110,6 +111,30 @@ inline void conformance_split(Communicator& comm) {
   std::int32_t one = 1;
   child->allreduce(TensorView(&one, 1, DType::kI32), ReduceOp::kSum);
   EXPECT_EQ(one, members);
+}
+
+// Memory the communicator does not take (CUDA memory, on a backend that takes host memory only): every call refuses it
+// with InvalidArgument naming the backend, on every rank, before it communicates; the communicator stays usable.
+inline void conformance_memory(Communicator& comm) {
+  const Device device = Device::cuda(0);
+  if (comm.takes(device)) GTEST_SKIP() << comm.backend() << " takes " << device_name(device);
+  const int n = comm.size();
+  std::vector<std::byte> send(4), recv(4 * static_cast<std::size_t>(n));
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(n), 4);
+  const Memory memory = Memory::on(device, nullptr);  // labelled device memory: never read
+  try {
+    comm.allgather(send, recv, memory);
+    ADD_FAILURE() << "allgather took memory on " << device_name(device);
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(comm.backend()), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(comm.allgatherv(send, counts, recv, memory), InvalidArgument);
+  EXPECT_THROW(comm.alltoallv(recv, counts, recv, counts, memory), InvalidArgument);
+  EXPECT_THROW(comm.broadcast(send, 0, memory), InvalidArgument);
+  float value = 1;
+  EXPECT_THROW(comm.allreduce(TensorView(&value, 1, DType::kF32, device), ReduceOp::kSum), InvalidArgument);
+  comm.allreduce(TensorView(&value, 1, DType::kF32), ReduceOp::kSum);
+  EXPECT_EQ(value, static_cast<float>(n));
 }
 
 }  // namespace gradcomp::testing

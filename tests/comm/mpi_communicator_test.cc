@@ -1,5 +1,5 @@
 // comm/mpi under mpirun: the conformance suite (tests/comm/communicator_conformance.h; its f16/bf16 sums exercise
-// the custom MPI ops), identity, thread level, node color and the staged allreduce (comm/staged_allreduce.h).
+// the custom MPI ops), identity, thread level, node color and the owned-buffer allreduce (comm/owned_buffer_allreduce.h).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "comm/staged_allreduce.h"
+#include "comm/owned_buffer_allreduce.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/error.h"
 #include "tests/comm/communicator_conformance.h"
@@ -29,6 +29,7 @@ TEST(MpiCommunicator, IdentityAndThreadLevel) {
 TEST(MpiCommunicator, ConformanceAllreduce) { testing::conformance_allreduce(mpi_world()); }
 TEST(MpiCommunicator, ConformanceCollectives) { testing::conformance_collectives(mpi_world()); }
 TEST(MpiCommunicator, ConformanceSplit) { testing::conformance_split(mpi_world()); }
+TEST(MpiCommunicator, ConformanceMemory) { testing::conformance_memory(mpi_world()); }
 
 TEST(MpiCommunicator, NodeColor) {
   Communicator& comm = mpi_world();
@@ -38,15 +39,15 @@ TEST(MpiCommunicator, NodeColor) {
 
 // A payload-like buffer: 8 header bytes (rank-specific: they must come back as this rank wrote them), `count` f32
 // values r + i, 4 trailing bytes; the result holds the sum over ranks and this rank's header and trailer.
-TEST(MpiCommunicator, StagedAllreduceSumsOnlyTheBody) {
+TEST(MpiCommunicator, OwnedBufferAllreduceSumsOnlyTheBody) {
   Communicator& comm = mpi_world();
-  auto* staged = dynamic_cast<StagedAllreduce*>(&comm);
-  ASSERT_NE(staged, nullptr) << "the MPI communicator must offer the staged allreduce (dense uses it)";
+  auto* staged = dynamic_cast<OwnedBufferAllreduce*>(&comm);
+  ASSERT_NE(staged, nullptr) << "the MPI communicator must offer the owned-buffer allreduce (dense uses it)";
   const int n = comm.size(), r = comm.rank();
   for (const std::size_t count : {std::size_t{0}, std::size_t{5}, std::size_t{100000}}) {
     const std::size_t bytes = 8 + count * sizeof(float) + 4;
     std::vector<std::byte> seen;
-    staged->allreduce_staged(
+    staged->allreduce_in_owned_buffer(
         bytes + 16,
         [&](std::span<std::byte> send) {
           EXPECT_GE(send.size(), bytes);
@@ -56,7 +57,7 @@ TEST(MpiCommunicator, StagedAllreduceSumsOnlyTheBody) {
             std::memcpy(send.data() + 8 + i * sizeof(float), &v, sizeof v);
           }
           std::memset(send.data() + 8 + count * sizeof(float), 0x70 + r, 4);
-          return StagedAllreduce::Filled{bytes, 8, count, DType::kF32};
+          return OwnedBufferAllreduce::Filled{bytes, 8, count, DType::kF32};
         },
         [&](std::span<const std::byte> result) { seen.assign(result.begin(), result.end()); });
     ASSERT_EQ(seen.size(), bytes);
@@ -71,18 +72,18 @@ TEST(MpiCommunicator, StagedAllreduceSumsOnlyTheBody) {
   }
 }
 
-TEST(MpiCommunicator, StagedAllreduceHalfBodyAndErrors) {
+TEST(MpiCommunicator, OwnedBufferAllreduceHalfBodyAndErrors) {
   Communicator& comm = mpi_world();
-  auto& staged = dynamic_cast<StagedAllreduce&>(comm);
+  auto& staged = dynamic_cast<OwnedBufferAllreduce&>(comm);
   const int n = comm.size();
   // f16 body (the custom MPI op): every rank sends 1.5 at offset 2.
   std::vector<std::uint16_t> out;
-  staged.allreduce_staged(
+  staged.allreduce_in_owned_buffer(
       2 + 64 * 2,
       [&](std::span<std::byte> send) {
         const std::uint16_t one_and_half = 0x3E00;
         for (int i = 0; i < 64; ++i) std::memcpy(send.data() + 2 + 2 * i, &one_and_half, 2);
-        return StagedAllreduce::Filled{2 + 64 * 2, 2, 64, DType::kF16};
+        return OwnedBufferAllreduce::Filled{2 + 64 * 2, 2, 64, DType::kF16};
       },
       [&](std::span<const std::byte> result) {
         out.resize(64);
@@ -94,13 +95,13 @@ TEST(MpiCommunicator, StagedAllreduceHalfBodyAndErrors) {
   ASSERT_EQ(out.size(), 64u);
   for (const std::uint16_t v : out) ASSERT_EQ(v, expect[n - 2]);
   // A body outside the bytes written: InvalidArgument on every rank, before anything is sent.
-  EXPECT_THROW(staged.allreduce_staged(
-                   64, [](std::span<std::byte>) { return StagedAllreduce::Filled{16, 8, 4, DType::kF32}; },
+  EXPECT_THROW(staged.allreduce_in_owned_buffer(
+                   64, [](std::span<std::byte>) { return OwnedBufferAllreduce::Filled{16, 8, 4, DType::kF32}; },
                    [](std::span<const std::byte>) { FAIL() << "drained after a refused fill"; }),
                InvalidArgument);
   // A fill that throws (a codec refusing NaN) propagates; the communicator stays usable.
-  EXPECT_THROW(staged.allreduce_staged(
-                   64, [](std::span<std::byte>) -> StagedAllreduce::Filled { throw std::runtime_error("codec"); },
+  EXPECT_THROW(staged.allreduce_in_owned_buffer(
+                   64, [](std::span<std::byte>) -> OwnedBufferAllreduce::Filled { throw std::runtime_error("codec"); },
                    [](std::span<const std::byte>) {}),
                std::runtime_error);
   std::vector<float> one{1.0f};

@@ -12,7 +12,7 @@
 #include <random>
 #include <vector>
 
-#include "comm/staged_allreduce.h"
+#include "comm/owned_buffer_allreduce.h"
 #include "gradcomp/communicator.h"
 #include "kernels/half_ops.cuh"
 #include "tests/comm/communicator_conformance.h"
@@ -123,15 +123,15 @@ TEST(MpiRing, OtherTypesAndOps) {
   for (const std::uint16_t bits : b) ASSERT_EQ(kernels::bf16_bits_to_float(bits), static_cast<float>(n * (n - 1) / 2));
 }
 
-// The staged allreduce reduces its body in place in the communicator's send buffer: the header and trailer come back
+// The owned-buffer allreduce reduces its body in place in the communicator's send buffer: the header and trailer come back
 // as this rank wrote them.
 TEST(MpiRing, StagedBodyInPlace) {
   Communicator& comm = ring_world();
-  auto& staged = dynamic_cast<StagedAllreduce&>(comm);
+  auto& staged = dynamic_cast<OwnedBufferAllreduce&>(comm);
   const int n = comm.size(), r = comm.rank();
   const std::size_t count = 2 * 262144 + 9, bytes = 12 + count * sizeof(float) + 3;
   std::vector<std::byte> seen;
-  staged.allreduce_staged(
+  staged.allreduce_in_owned_buffer(
       bytes,
       [&](std::span<std::byte> send) {
         std::memset(send.data(), 0x20 + r, 12);
@@ -140,7 +140,7 @@ TEST(MpiRing, StagedBodyInPlace) {
           std::memcpy(send.data() + 12 + i * sizeof(float), &v, sizeof v);
         }
         std::memset(send.data() + 12 + count * sizeof(float), 0x60 + r, 3);
-        return StagedAllreduce::Filled{bytes, 12, count, DType::kF32};
+        return OwnedBufferAllreduce::Filled{bytes, 12, count, DType::kF32};
       },
       [&](std::span<const std::byte> result) { seen.assign(result.begin(), result.end()); });
   ASSERT_EQ(seen.size(), bytes);

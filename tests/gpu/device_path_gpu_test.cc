@@ -1,5 +1,5 @@
 // The device-resident path on one GPU, with ranks as threads: compressed_allreduce and the fused Runtime on CUDA
-// tensors over a communicator that takes device memory (the in-process backend behind comm::stage_device_memory)
+// tensors over a communicator that takes device memory (the in-process backend behind testing::through_host)
 // give the same bits as the host path on the same inputs, never stage the tensor, allocate nothing after the first
 // step (the host waits are recorded), and a CUDA tensor on a communicator without device memory is staged once per call and counted. top-k with f16
 // values and odd k makes payloads of odd length: the next rank's payload in the gathered buffer must still be
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "comm/device_staging.h"
+#include "tests/comm/through_host.h"
 #include "gradcomp/collectives.h"
 #include "gradcomp/registry.h"
 #include "gradcomp/runtime.h"
@@ -40,7 +40,7 @@ TEST_P(DevicePath, CompressedAllreduceMatchesTheHostBitForBit) {
   run_ranks(kRanks, [&](Communicator& comm) {
     auto host_codec = make_compressor(spec);
     auto device_codec = make_compressor(spec);
-    auto device_comm = comm::stage_device_memory(comm);
+    auto device_comm = testing::through_host(comm);
     for (int step = 0; step < 2; ++step) {
       AllreduceOptions options;
       options.step = static_cast<std::uint64_t>(step);

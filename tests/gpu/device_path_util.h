@@ -1,6 +1,6 @@
 // Helpers of the device-path tests (device_path_gpu_test, powersgd_gpu_test): the same tensors through a fused
 // Runtime on host memory and one on CUDA memory, ranks as threads over comm/local with a communicator that takes
-// device memory around each (comm::stage_device_memory).
+// device memory around each (testing::through_host).
 #pragma once
 
 #include <fmt/format.h>
@@ -13,7 +13,7 @@
 #include <string_view>
 #include <vector>
 
-#include "comm/device_staging.h"
+#include "tests/comm/through_host.h"
 #include "gradcomp/runtime.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -42,11 +42,11 @@ struct RuntimePair {
 
 // `steps` steps of `spec` over `tensors` (named t0, t1, ...; step s gives tensor t the values values_of(rank, t,
 // numel, s)): first through a Runtime on host tensors over `comm`, then through a Runtime on CUDA tensors (device 0,
-// default stream) with device_comm = comm::stage_device_memory(comm). Cycles of 50 ms without idle back-off, so that
+// default stream) with device_comm = testing::through_host(comm). Cycles of 50 ms without idle back-off, so that
 // each step's tensors meet in one fusion buffer in both runtimes.
 inline RuntimePair run_host_and_device_runtimes(Communicator& comm, std::string_view spec,
                                                 const std::vector<RuntimeTensor>& tensors, int steps = 1) {
-  auto device_comm = comm::stage_device_memory(comm);
+  auto device_comm = testing::through_host(comm);
   RuntimeOptions host_options;
   host_options.timeline_path = "";
   host_options.cycle_time_ms = 50;

@@ -1,5 +1,5 @@
 // PowerSGD on CUDA tensors (the step of compressors/powersgd_step.cc over cuda_lowrank_ops), ranks as threads on one
-// GPU over in-process communicators that take device memory (comm::stage_device_memory), against the same calls on
+// GPU over in-process communicators that take device memory (testing::through_host), against the same calls on
 // host tensors (host_lowrank_ops):
 //   (a) compressed_allreduce on 1 and 4 ranks, 3 steps (warm start, error feedback) of one fused call made of two
 //       matrices and a vector (segments with rows), op sum and average, f32/f16/bf16 tensors, each rank on its own
@@ -34,7 +34,7 @@
 
 #include <fmt/format.h>
 
-#include "comm/device_staging.h"
+#include "tests/comm/through_host.h"
 #include "compressors/state_io.h"
 #include "gradcomp/collectives.h"
 #include "gradcomp/registry.h"
@@ -174,7 +174,7 @@ TEST_P(PowerSgdFusedGpu, MatchesTheHostRunAndRanksAgreeBitForBit) {
   }
   std::mutex mutex;
   run_ranks(param.ranks, [&](Communicator& comm) {
-    auto device_comm = comm::stage_device_memory(comm);
+    auto device_comm = testing::through_host(comm);
     const Stream stream;
     auto host_codec = make_compressor(kSpec);
     auto device_codec = make_compressor(kSpec);
@@ -243,7 +243,7 @@ std::vector<StateRecord> records_of(const std::vector<std::byte>& state) {
 TEST(PowerSgdStateGpu, SavedAfterCudaStepsResumesOnTheCpuAndTheGpu) {
   constexpr int kRanks = 3;
   run_ranks(kRanks, [&](Communicator& comm) {
-    auto device_comm = comm::stage_device_memory(comm);
+    auto device_comm = testing::through_host(comm);
     const Stream stream;
     const std::vector<TensorSegment> segments = fused_segments();
     auto host_codec = make_compressor(kSpec);    // every step on the CPU: the expected values

@@ -3,12 +3,16 @@ stream that produced it. Its worker thread never chose a device, so without that
 GPU 0's legacy stream, unordered after the backward kernels of cuda:local_rank (stale averages on local ranks >= 1).
 No GPU is needed: a DLPack capsule labelled cuda:1 stands in for the tensor, and the worker's `device_enter` seam
 records what the worker thread would make current (in production it is a gradcomp DeviceScope). The job itself then
-fails (no device here), and the failure reaches the future."""
+fails (no device here), and the failure reaches the future.
+
+The hook's path keeps a bucket in memory its group takes: the TorchCommunicator takes the CUDA device of an NCCL group,
+and nothing is staged between the bucket and the group (on the CPU over gloo; on a GPU over NCCL)."""
 import ctypes
 import threading
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import gradcomp
 
@@ -76,3 +80,68 @@ def test_a_cuda_job_runs_on_its_device_and_producer_stream():
         assert len(entered) == 1
     finally:
         worker.close()
+
+
+class _StubAdapter:
+    """The attributes a TorchCommunicator reads from a ProcessGroupAdapter; `device` as NCCL's adapter sets it."""
+    rank, size, backend, timeout_s = 0, 1, "nccl", 5.0
+
+    def __init__(self, device):
+        self.device = device
+
+
+def test_the_torch_communicator_takes_its_groups_device_memory():
+    """On NCCL (an adapter with a CUDA device) the TorchCommunicator takes that device's memory, so
+    compressed_allreduce keeps a CUDA bucket on the GPU; on gloo (no device) it takes host memory only, and a CUDA
+    bucket is staged once. No GPU is needed: only the adapter's attributes are read."""
+    nccl = _C.TorchCommunicator(_StubAdapter(torch.device("cuda", 1)))
+    assert nccl.takes("cuda:1") and nccl.takes("cpu")
+    assert not nccl.takes("cuda:0")
+    gloo = _C.TorchCommunicator(_StubAdapter(None))
+    assert gloo.takes("cpu") and not gloo.takes("cuda:1")
+    assert not _C.make_local_communicators(1)[0].takes("cuda:0")
+
+
+_DEVICE_PATHS = [pytest.param("gloo", "cpu", id="gloo-cpu")]
+if torch.cuda.is_available() and _C.has_cuda and dist.is_nccl_available():
+    _DEVICE_PATHS.append(pytest.param("nccl", "cuda", id="nccl-cuda"))
+
+
+@pytest.mark.parametrize("backend, device", _DEVICE_PATHS)
+def test_the_hook_path_stages_nothing_when_the_group_takes_the_buckets_memory(backend, device, tmp_path):
+    """The hook's path (exchange.allreduce_async: the group's exchange worker, compressed_allreduce, the
+    TorchCommunicator, the ProcessGroupAdapter) on a bucket in memory the group takes copies none of it, under every
+    algorithm: AllreduceStats.staged_bytes is 0 and the adapter stages at most the small host control messages
+    (payload sizes, the agreement fingerprint; NCCL takes device memory only), never the bucket or its payloads. On
+    the CPU the group is gloo and the bucket host memory (the double of a group that takes the bucket's memory); on a
+    GPU (bench/gpu/check.sh, step python.exchange_device) NCCL and a CUDA bucket: the CUDA codec runs and NCCL gets
+    the device buffers."""
+    from gradcomp.torch import exchange
+
+    dist.init_process_group(backend, init_method=f"file://{tmp_path}/store", rank=0, world_size=1)
+    try:
+        ex = exchange.exchange_for(None)
+        adapter = ex.comm.adapter
+        for spec in ("none", "fp16", "topk:ratio=0.25", "qsgd:bits=4", "onebit"):
+            codec = gradcomp.compressor(spec)
+            original = torch.linspace(-1, 1, 1 << 18, device=device)
+            bucket = original.clone()
+            stats = {}
+            staged_before = adapter.staged_bytes
+            exchange.allreduce_async(codec, bucket, f"bucket.{spec}", 0, stats=stats,
+                                     segments=[("a", 0, 1000), ("b", 1000, (1 << 18) - 1000)]).wait()
+            assert stats["staged_bytes"] == 0, f"{spec}: {stats}"
+            control = adapter.staged_bytes - staged_before
+            assert control <= 1024, f"{spec}: the adapter copied {control} bytes (the bucket is {4 << 18})"
+            if backend == "gloo":
+                assert control == 0, f"{spec}: gloo takes host memory, yet the adapter copied {control} bytes"
+            # One rank: the average is the rank's own decoded payload.
+            if spec == "none":
+                assert torch.equal(bucket, original), spec
+            elif spec == "fp16":
+                assert torch.equal(bucket, original.half().float()), spec
+            else:
+                assert torch.isfinite(bucket).all() and bucket.abs().sum() > 0, spec
+    finally:
+        exchange.close_all()
+        dist.destroy_process_group()

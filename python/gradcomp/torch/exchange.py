@@ -49,7 +49,12 @@ def _group_timeout_s(group):
 class ProcessGroupAdapter:
     """One torch.distributed process group seen as a gradcomp Communicator. Every method takes the C++ caller's
     timeout (seconds) last; a collective that misses it raises gradcomp.Timeout, any other failure gradcomp.CommError
-    (the C++ side adds backend and rank). Called by one thread at a time (the group's exchange worker)."""
+    (the C++ side adds backend and rank). Called by one thread at a time (the group's exchange worker).
+
+    `device`: the CUDA device whose memory the group takes (NCCL), else None; the C++ TorchCommunicator then hands
+    the calls of a CUDA bucket device tensors with the `stream` that produced them (the collective runs ordered on
+    it), and nothing is copied. Host tensors on such a group are copied to the device and back, counted in
+    `staged_bytes`."""
 
     def __init__(self, group=None):
         self.group = group
@@ -59,56 +64,58 @@ class ProcessGroupAdapter:
         self.timeout_s = _group_timeout_s(group)
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else None
         self.split_sum_min_bytes = SPLIT_SUM_MIN_BYTES
+        self.staged_bytes = 0
         self._buffers = {}
 
     # -- the Communicator operations ----------------------------------------------------------------------------------
-    def allreduce(self, t, op, timeout_s):
+    def allreduce(self, t, op, timeout_s, stream=0):
         divisor = self.size if op == "average" else 1
         if t.dtype in _HALF and op in ("sum", "average") and self.backend == "gloo":
             self._sum_half(t, divisor, timeout_s)
             return
-        with self._on_device(t) as d:
+        with _on_stream(t, stream), self._on_device(t) as d:
             self._run("allreduce", timeout_s, lambda: dist.all_reduce(d, op=_OPS[op], group=self.group, async_op=True),
                       d)
             if divisor != 1:
                 d.div_(divisor)
 
-    def allgather(self, send, recv, timeout_s):
+    def allgather(self, send, recv, timeout_s, stream=0):
         m = send.numel()
         if m == 0:
             return
-        with self._on_device(recv) as r:
+        with _on_stream(recv, stream), self._on_device(recv) as r:
             s = self._to_device(send)
             outs = list(r.view(self.size, m).unbind(0))
             self._run("allgather", timeout_s, lambda: dist.all_gather(outs, s, group=self.group, async_op=True),
                       outs, s)
 
-    def allgatherv(self, send, counts, recv, timeout_s):
+    def allgatherv(self, send, counts, recv, timeout_s, stream=0):
         longest = max(counts)
         if longest == 0:
             return
-        if min(counts) == longest:
-            self.allgather(send, recv, timeout_s)
-            return
-        # torch has no allgatherv: blocks padded to the longest, then packed.
-        padded = self._buffer("agv_send", longest, torch.uint8)
-        padded[:send.numel()].copy_(send)
-        gathered = self._buffer("agv_recv", self.size * longest, torch.uint8)
-        self.allgather(padded, gathered, timeout_s)
-        offset = 0
-        for r, count in enumerate(counts):
-            recv[offset:offset + count].copy_(gathered[r * longest:r * longest + count])
-            offset += count
+        with _on_stream(recv, stream):
+            if min(counts) == longest:
+                self.allgather(send, recv, timeout_s)
+                return
+            # torch has no allgatherv: blocks padded to the longest (in the memory of `recv`), then packed.
+            padded = self._buffer("agv_send", longest, torch.uint8, recv.device)
+            padded[:send.numel()].copy_(send)
+            gathered = self._buffer("agv_recv", self.size * longest, torch.uint8, recv.device)
+            self.allgather(padded, gathered, timeout_s)
+            offset = 0
+            for r, count in enumerate(counts):
+                recv[offset:offset + count].copy_(gathered[r * longest:r * longest + count])
+                offset += count
 
-    def alltoallv(self, send, send_counts, recv, recv_counts, timeout_s):
-        with self._on_device(recv) as r:
+    def alltoallv(self, send, send_counts, recv, recv_counts, timeout_s, stream=0):
+        with _on_stream(recv, stream), self._on_device(recv) as r:
             s = self._to_device(send)
             self._run("alltoallv", timeout_s, lambda: dist.all_to_all_single(
                 r, s, output_split_sizes=list(recv_counts), input_split_sizes=list(send_counts), group=self.group,
                 async_op=True), r, s)
 
-    def broadcast(self, buffer, root, timeout_s):
-        with self._on_device(buffer) as b:
+    def broadcast(self, buffer, root, timeout_s, stream=0):
+        with _on_stream(buffer, stream), self._on_device(buffer) as b:
             self._run("broadcast", timeout_s,
                       lambda: dist.broadcast(b, self._global_rank(root), group=self.group, async_op=True), b)
 
@@ -194,24 +201,42 @@ class ProcessGroupAdapter:
             return group_rank
         return dist.distributed_c10d._get_global_rank(self.group, group_rank)
 
-    def _buffer(self, role, numel, dtype):
-        """A reusable tensor of numel elements (grow-only per role): no page faults per step for large buckets."""
-        buf = self._buffers.get((role, dtype))
+    def _buffer(self, role, numel, dtype, device=None):
+        """A reusable tensor of numel elements (grow-only per role and device): no page faults per step for large
+        buckets."""
+        device = torch.device("cpu") if device is None else device
+        buf = self._buffers.get((role, dtype, device))
         if buf is None or buf.numel() < numel:
-            buf = torch.empty(numel, dtype=dtype)
-            self._buffers[(role, dtype)] = buf
+            buf = torch.empty(numel, dtype=dtype, device=device)
+            self._buffers[(role, dtype, device)] = buf
         return buf[:numel]
 
     def _to_device(self, t):
-        """NCCL takes device memory only: host buffers are staged (copied) to the group's device."""
-        return t.to(self.device) if self.device is not None and t.device != self.device else t
+        """NCCL takes device memory only: host buffers (small control messages) are staged (copied) to the group's
+        device, counted in staged_bytes."""
+        if self.device is None or t.device == self.device:
+            return t
+        self.staged_bytes += t.numel() * t.element_size()
+        return t.to(self.device)
 
     @contextlib.contextmanager
     def _on_device(self, t):
         d = self._to_device(t)
         yield d
         if d is not t:
+            self.staged_bytes += t.numel() * t.element_size()
             t.copy_(d)
+
+
+@contextlib.contextmanager
+def _on_stream(t, stream):
+    """Runs a device call's torch work on `stream` (a cudaStream_t as an integer: where the C++ caller produced the
+    buffers and reads them next); host calls (stream 0 on a CPU tensor) as they are."""
+    if not stream or not t.is_cuda:
+        yield
+        return
+    with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=t.device)):
+        yield
 
 
 class _Exchange:

@@ -13,7 +13,7 @@
 
 namespace gradcomp {
 
-class StagedAllreduce {
+class OwnedBufferAllreduce {
  public:
   // The bytes a fill wrote and the part of them that is one array of `count` elements of `dtype` to sum across ranks
   // (a payload's body after its header).
@@ -26,14 +26,14 @@ class StagedAllreduce {
   using Fill = std::function<Filled(std::span<std::byte> send)>;
   using Drain = std::function<void(std::span<const std::byte> result)>;
 
-  virtual ~StagedAllreduce() = default;
+  virtual ~OwnedBufferAllreduce() = default;
 
   // Sums one array across ranks in the communicator's own host memory: `fill` writes at most `capacity` bytes into
   // the send buffer; the reduction writes the elementwise sum of every rank's array into a result buffer whose other
   // bytes are copied from the send buffer; `drain` reads the result (Filled::bytes long). Both buffers are valid only
   // during the call. Throws as allreduce() does (CommError, Timeout; then `drain` is not called), and
   // InvalidArgument when the array lies outside the bytes written.
-  virtual void allreduce_staged(std::size_t capacity, const Fill& fill, const Drain& drain) = 0;
+  virtual void allreduce_in_owned_buffer(std::size_t capacity, const Fill& fill, const Drain& drain) = 0;
 };
 
 }  // namespace gradcomp
