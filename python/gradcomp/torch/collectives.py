@@ -130,7 +130,7 @@ def _allreduce_impl(tensor, op, prescale, postscale, process_set, name=None):
     ps = _resolve(process_set)
     t = tensor.detach().contiguous()
     home, dev = t.device, _ops.transport_device()
-    if home != dev:  # staged: the host for MPI and gloo, the CUDA device for NCCL
+    if home != dev:  # staged once through the host, where the Communicator takes tensors (comm_ops.py)
         return _allreduce_impl(t.to(dev), op, prescale, postscale, process_set, name).to(home)
     if op == Adasum:
         try:

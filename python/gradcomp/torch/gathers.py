@@ -184,7 +184,7 @@ def _reducescatter_impl(tensor, op, process_set, prescale, postscale):
     if t.dim() == 0:
         raise InvalidArgument("reducescatter: the tensor needs at least one dimension")
     home, dev = t.device, _ops.transport_device()
-    if home != dev:  # staged: the host for MPI and gloo, the CUDA device for NCCL
+    if home != dev:  # staged once through the host, where the Communicator takes tensors (comm_ops.py)
         return _reducescatter_impl(t.to(dev), op, process_set, prescale, postscale).to(home)
     out = _sum_owned_rows(_scale(t, prescale), ps)
     # Scaled as allreduce scales: an Average divides by the set size; integers take (postscale / size) at once,
