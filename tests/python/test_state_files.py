@@ -204,6 +204,11 @@ def _worker(rank, url):
     assert snapshot() == before, "a load that torch refused changed the compressor"
     opt2.load_state_dict(saved)
     assert opt2._step_count_gc == 2 and _comp_bytes(opt2._compressor) == _comp_bytes(opt._compressor)
+    # A checkpoint that holds a fusion runtime's state, loaded on a backend without a runtime: warned, dropped.
+    with_runtime = copy.deepcopy(saved)
+    with_runtime["gradcomp"]["runtime"] = {"rank": rank, "size": WORLD, "state": b""}
+    with pytest.warns(UserWarning, match="backend 'torch' has no runtime"):
+        opt2.load_state_dict(with_runtime)
     opt._remove_hooks()
     opt2._remove_hooks()
     hvd.shutdown()
