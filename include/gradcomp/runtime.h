@@ -275,4 +275,8 @@ class Runtime {
   std::unique_ptr<Impl> impl_;
 };
 
+// The checksum of every saved state, C++ and Python alike (save_state()'s envelope; the Python package's state
+// envelopes, gradcomp/_state.py): FNV-1a, 64 bit, of `bytes`.
+std::uint64_t state_checksum(std::span<const std::byte> bytes);
+
 }  // namespace gradcomp

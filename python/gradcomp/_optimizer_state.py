@@ -10,7 +10,7 @@ def save(opt, ctx):
     """The "gradcomp" entry of `opt`'s state_dict(): this rank's compressor state and step in a checksummed envelope
     (kind "optimizer", spec, rank, world size). The optimizer owns its compressor on every backend (on the runtime
     backend too: the runtime runs the optimizer's instance in the optimizer's scope), so this is all of its state and
-    nothing of any other optimizer's. `ctx`: gradcomp.torch's process context (backend, rank, size, runtime)."""
+    nothing of any other optimizer's. `ctx`: gradcomp.torch's process context (rank, size, runtime)."""
     if opt._handles:
         raise InvalidArgument("DistributedOptimizer.state_dict(): gradients are still being reduced; call "
                               "step() or synchronize() first")
@@ -46,9 +46,9 @@ def _runtime_state(opt, rt, ctx):
     compressor on the runtime backend), or None."""
     if rt is None:
         return None
-    if ctx.backend != "runtime" or ctx.runtime is None:
+    if ctx.runtime is None:
         warnings.warn("DistributedOptimizer.load_state_dict(): the checkpoint holds the fusion runtime's state but "
-                      f"the backend is '{ctx.backend}'; the runtime's residuals are dropped")
+                      f"the backend '{ctx.impl.name}' has no runtime; the runtime's residuals are dropped")
         return None
     if (rt["rank"], rt["size"]) != (ctx.rank, ctx.size):
         raise InvalidArgument(f"DistributedOptimizer.load_state_dict() on rank {ctx.rank} of {ctx.size}: the runtime "

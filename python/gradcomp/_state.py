@@ -2,27 +2,24 @@
 DistributedOptimizer's gradcomp part. It carries what the C++ runtime's state envelope carries
 (src/runtime/checkpoint.cc: format version, spec, rank, world size, checksum) plus the kind of owner and its step:
 
-    {"format": "gradcomp.state", "version": 1, "kind": "compressor" | "ddp_hook" | "optimizer", "spec": ...,
+    {"format": "gradcomp.state", "version": 2, "kind": "compressor" | "ddp_hook" | "optimizer", "spec": ...,
      "rank": int | None, "world_size": int | None, "step": int | None, "state": bytes, "checksum": hex}
 
-The checksum (BLAKE2b, 128 bit) covers every field and the state bytes, so a flipped or truncated byte anywhere in
+The checksum is the C++ runtime's (``_gradcomp.state_checksum``: FNV-1a, 64 bit, the library's one hash); it covers
+every field and the state bytes, so a flipped or truncated byte anywhere in
 them raises gradcomp.CorruptPayload; a state of another kind, codec, rank or world size raises
 gradcomp.InvalidArgument. open_state() checks everything before its caller changes anything.
 """
-import hashlib
-
-from ._gradcomp import CorruptPayload, InvalidArgument
+from ._gradcomp import CorruptPayload, InvalidArgument, state_checksum
 
 FORMAT = "gradcomp.state"
-VERSION = 1
+VERSION = 2  # 2: the checksum is state_checksum (1: BLAKE2b)
 _FIELDS = ("kind", "spec", "rank", "world_size", "step")
 
 
 def _checksum(fields, state):
-    h = hashlib.blake2b(digest_size=16)
-    h.update(repr((FORMAT, VERSION) + tuple(fields[k] for k in _FIELDS)).encode())
-    h.update(state)
-    return h.hexdigest()
+    header = repr((FORMAT, VERSION) + tuple(fields[k] for k in _FIELDS)).encode()
+    return f"{state_checksum(len(header).to_bytes(8, 'little') + header + state):016x}"
 
 
 def seal(kind, spec, state, rank=None, world_size=None, step=None):

@@ -12,12 +12,12 @@ namespace {
 constexpr std::uint32_t kStateMagic = 0x53524347;  // "GCRS"
 constexpr std::uint32_t kStateVersion = 2;  // 2: residuals live in the codecs, keyed by tensor name
 
-// FNV-1a, 64 bit (the one hash of the library): catches damaged checkpoints before any field is interpreted.
-std::uint64_t checksum(std::span<const std::byte> bytes) {
+}  // namespace
+
+// FNV-1a, 64 bit (the one hash of the library): catches damaged states before any field is interpreted.
+std::uint64_t state_checksum(std::span<const std::byte> bytes) {
   return kernels::fnv1a64(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
-
-}  // namespace
 
 std::vector<std::byte> Runtime::Impl::save_state() const {
   std::lock_guard lock(mutex_);
@@ -30,7 +30,7 @@ std::vector<std::byte> Runtime::Impl::save_state() const {
   ByteWriter out;
   out.put<std::uint32_t>(kStateMagic);
   out.put<std::uint32_t>(kStateVersion);
-  out.put<std::uint64_t>(checksum(bytes));
+  out.put<std::uint64_t>(state_checksum(bytes));
   out.put_array(std::span<const std::byte>(bytes));
   return out.take();
 }
@@ -45,7 +45,7 @@ void Runtime::Impl::load_state(std::span<const std::byte> state) {
                     version, kStateVersion);
   const auto sum = outer.get<std::uint64_t>();
   const std::vector<std::byte> bytes = outer.get_array<std::byte>();
-  GRADCOMP_CHECK_AS(CorruptPayload, outer.at_end() && checksum(bytes) == sum,
+  GRADCOMP_CHECK_AS(CorruptPayload, outer.at_end() && state_checksum(bytes) == sum,
                     "Runtime::load_state on rank {}: corrupt state (checksum mismatch or trailing bytes)",
                     comm_.rank());
   ByteReader reader(bytes, fmt::format("runtime state on rank {}", comm_.rank()));

@@ -16,6 +16,7 @@ import adasum_truth
 import gradcomp
 import gradcomp.torch as hvd
 import helpers
+import sparse_check
 from gradcomp.torch import adasum
 
 
@@ -235,8 +236,8 @@ def _options_worker(rank, world, url):
     with pytest.raises(ValueError, match="not registered"):
         hvd.DistributedOptimizer(sgd(helpers.make_model()), process_set=OtherSet())
 
-    _check_sparse(rank, world, sparse_as_dense=False)
-    _check_sparse(rank, world, sparse_as_dense=True)
+    sparse_check.check_sparse(rank, world, sparse_as_dense=False)
+    sparse_check.check_sparse(rank, world, sparse_as_dense=True)
     hvd.shutdown()
 
 
@@ -261,35 +262,6 @@ def _check_process_set_optimizer(rank, world, sgd):
         with pytest.raises(ValueError, match="not a member"):
             hvd.DistributedOptimizer(sgd(model), model.named_parameters(), process_set=ps)
     hvd.remove_process_set(ps)
-
-
-def _check_sparse(rank, world, sparse_as_dense):
-    torch.manual_seed(0)
-    emb = torch.nn.Embedding(50, 6, sparse=True)
-    head = torch.nn.Linear(6, 1)
-    params = list(emb.named_parameters(prefix="emb")) + list(head.named_parameters(prefix="head"))
-    opt = hvd.DistributedOptimizer(torch.optim.SGD([p for _, p in params], lr=0.1), params,
-                                   sparse_as_dense=sparse_as_dense)
-    idx = [torch.tensor([[1, 2, 3], [3, 4, 40]]) + r for r in range(world)]
-    local = []
-    for r in range(world):  # reference: each rank's dense gradient
-        e, h = torch.nn.Embedding(50, 6, sparse=True), torch.nn.Linear(6, 1)
-        e.load_state_dict(emb.state_dict())
-        h.load_state_dict(head.state_dict())
-        h(e(idx[r])).sum().backward()
-        local.append((e.weight.grad.to_dense(), h.weight.grad.clone()))
-    opt.zero_grad()
-    head(emb(idx[rank])).sum().backward()
-    opt.synchronize()
-    what = f"sparse (sparse_as_dense={sparse_as_dense})"
-    assert emb.weight.grad.is_sparse, what
-    _close(emb.weight.grad.to_dense(), sum(l[0] for l in local) / world, 1e-6, what)
-    _close(head.weight.grad, sum(l[1] for l in local) / world, 1e-6, what + " dense parameter")
-    before = emb.weight.detach().clone()
-    with opt.skip_synchronize():
-        opt.step()  # SGD applies the sparse gradient
-    _close(emb.weight.detach(), before - 0.1 * sum(l[0] for l in local) / world, 1e-6, what + " step")
-    opt._remove_hooks()
 
 
 def _check_adasum_optimizer(rank, world):

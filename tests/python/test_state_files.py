@@ -100,6 +100,21 @@ def _comp_bytes(c):
     return c._state_bytes()
 
 
+def test_one_checksum_for_cpp_and_python_states():
+    """The Python envelope's checksum is the C++ runtime's state checksum (FNV-1a 64: the published test vectors),
+    over the envelope's fields and bytes: a changed field or byte changes it."""
+    from gradcomp import _gradcomp
+    assert _gradcomp.state_checksum(b"") == 0xcbf29ce484222325
+    assert _gradcomp.state_checksum(b"a") == 0xaf63dc4c8601ec8c
+    assert _gradcomp.state_checksum(b"foobar") == 0x85944171f73967e8
+    env = gradcomp._state.seal("compressor", "topk:ratio=0.1", b"\x01\x02", rank=0, world_size=2, step=3)
+    assert env["version"] == 2 and len(env["checksum"]) == 16
+    header = repr(("gradcomp.state", 2, "compressor", "topk:ratio=0.1", 0, 2, 3)).encode()
+    assert int(env["checksum"], 16) == _gradcomp.state_checksum(len(header).to_bytes(8, "little") + header
+                                                               + b"\x01\x02")
+    assert gradcomp._state.open_state(env, "compressor", "topk:ratio=0.1", 0, 2) == (b"\x01\x02", 3)
+
+
 def test_compressor_state_files():
     c = gradcomp.compressor("topk:ratio=0.1")
     for step in range(2):
@@ -189,6 +204,11 @@ def _worker(rank, url):
     assert snapshot() == before, "a load that torch refused changed the compressor"
     opt2.load_state_dict(saved)
     assert opt2._step_count_gc == 2 and _comp_bytes(opt2._compressor) == _comp_bytes(opt._compressor)
+    # A checkpoint that holds a fusion runtime's state, loaded on a backend without a runtime: warned, dropped.
+    with_runtime = copy.deepcopy(saved)
+    with_runtime["gradcomp"]["runtime"] = {"rank": rank, "size": WORLD, "state": b""}
+    with pytest.warns(UserWarning, match="backend 'torch' has no runtime"):
+        opt2.load_state_dict(with_runtime)
     opt._remove_hooks()
     opt2._remove_hooks()
     hvd.shutdown()

@@ -66,17 +66,17 @@ def init(backend=None, timeout_s=60.0, process_sets=None, comm=None):
 
 def _init_torch(timeout_s):
     """The gloo group of gradcomp.torch (TensorFlow tensors live on the host, so gloo even where CUDA exists) and
-    its C++ communicator, called from the caller's thread (the torch package's exchange worker stays idle)."""
+    the world Communicator gradcomp.torch's context holds for the caller's thread."""
     try:
         from .. import torch as gtorch
-        from ..torch import exchange
+        from ..torch.context import _ctx as torch_ctx
     except ImportError as e:
         raise CommError("gradcomp.tensorflow.init(backend='torch'): torchrun-style launches (RANK/WORLD_SIZE "
                         f"without mpirun) need PyTorch for the gloo rendezvous ({e}); launch with mpirun or "
                         "`gradcomprun` without --gloo instead") from e
     os.environ.setdefault("GRADCOMP_TORCH_PG", "gloo")
     gtorch.init(backend="torch", timeout_s=timeout_s)
-    _ctx.comm = exchange.exchange_for(None).comm
+    _ctx.comm = torch_ctx.comm
     _ctx.rank, _ctx.size = gtorch.rank(), gtorch.size()
 
 

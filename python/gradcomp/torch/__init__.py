@@ -44,7 +44,8 @@ from .topology import (ccl_built, check_extension, cross_rank, cross_size, cuda_
 from .context import (Adasum, Average, Max, Min, Product, Sum, _check_op, _ctx, backend,  # noqa: F401
                       is_initialized, local_rank, local_size, rank, size)
 from .hook import HookState, bucket_name, bucket_segments, ddp_comm_hook
-from .launch import _rendezvous_port, init, shutdown  # noqa: F401
+from .backends import _rendezvous_port  # noqa: F401
+from .launch import init, shutdown
 from .optimizer import DistributedOptimizer
 from .compressed_adam import CompressedAdam
 from .adam_math import AutoWarmup, VarianceSchedule

@@ -16,17 +16,16 @@ dtype (float16/bfloat16 in float32).
 Like Horovod (CPU path), the rank count must be a power of two: any other count raises NotImplementedError naming it
 (Horovod: "Running Adasum with non-power of 2 ranks is not supported yet"). One rank: the tensor is left unchanged.
 
-Transport: the C++ Communicator of the "mpi" and "runtime" backends (pairwise exchange = alltoallv with only the
-neighbour's counts non-zero; allgather; allgatherv), or torch.distributed on the "torch" backend (isend/irecv,
-all_gather). Public entry: ``adasum_allreduce_(tensor, process_set=None)``; ``allreduce(op=Adasum)`` and
+Transport: the world's C++ Communicator, whichever backend built it (pairwise exchange = alltoallv with only the
+neighbour's counts non-zero; comm_ops' allgather and allgatherv). Public entry: ``adasum_allreduce_(tensor, process_set=None)``; ``allreduce(op=Adasum)`` and
 ``DistributedOptimizer(op=Adasum)`` use it.
 """
 import torch
-import torch.distributed as dist
 
 from .._compressors import InvalidArgument
 from .context import _ctx, _require_init
-from .lifetimes import keep_for_torch
+from .errors import _internal_errors
+from . import comm_ops as _ops
 
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _NORM_EPS = 1e-8
@@ -67,81 +66,20 @@ def _segments(count, size):
     return out
 
 
-class _MpiTransport:
-    """The C++ Communicator (byte-wise collectives)."""
-
-    def __init__(self, comm):
-        self.comm = comm
-        self.size = comm.size
-
-    def exchange(self, send, peer, recv):
-        counts_send = [0] * self.size
-        counts_recv = [0] * self.size
-        counts_send[peer] = send.numel() * send.element_size()
-        counts_recv[peer] = recv.numel() * recv.element_size()
-        self.comm.alltoallv(_bytes(send), counts_send, _bytes(recv), counts_recv)
-
-    def allgather(self, send):
-        recv = torch.empty(self.size * send.numel(), dtype=send.dtype)
-        self.comm.allgather(_bytes(send), _bytes(recv))
-        return recv.view(self.size, -1)
-
-    def allgatherv(self, send, counts, recv):
-        es = send.element_size()
-        self.comm.allgatherv(_bytes(send), [c * es for c in counts], _bytes(recv))
+def _exchange(comm, send, peer, recv):
+    """`send` to rank `peer` and `recv` from it: an alltoallv whose only non-empty counts are the peer's."""
+    send_counts, recv_counts = [0] * comm.size, [0] * comm.size
+    send_counts[peer] = send.numel() * send.element_size()
+    recv_counts[peer] = recv.numel() * recv.element_size()
+    with _internal_errors():
+        comm.alltoallv(_ops.as_bytes(send), send_counts, _ops.as_bytes(recv), recv_counts)
 
 
-class _TorchTransport:
-    def __init__(self):
-        self.size = dist.get_world_size()
-
-    def exchange(self, send, peer, recv):
-        reqs = [dist.isend(send, peer), dist.irecv(recv, peer)]
-        keep_for_torch(reqs, send, recv)
-        for r in reqs:
-            r.wait()
-
-    def allgather(self, send):
-        recv = torch.empty(self.size, send.numel(), dtype=send.dtype)
-        rows, sent = list(_gatherable(recv).unbind(0)), _gatherable(send)
-        dist.all_gather(rows, sent)
-        keep_for_torch(rows, sent)
-        return recv
-
-    def allgatherv(self, send, counts, recv):
-        longest = max(counts)
-        if longest == 0:
-            return
-        padded = torch.zeros(longest, dtype=send.dtype)
-        padded[:send.numel()].copy_(send)
-        blocks = torch.empty(self.size, longest, dtype=send.dtype)
-        rows, sent = list(_gatherable(blocks).unbind(0)), _gatherable(padded)
-        dist.all_gather(rows, sent)
-        keep_for_torch(rows, sent)
-        offset = 0
-        for r, c in enumerate(counts):
-            recv[offset:offset + c].copy_(blocks[r, :c])
-            offset += c
-
-
-def _gatherable(t):
-    """`t` as a dtype every torch.distributed backend gathers: gloo (torch 1.13) has no bfloat16 or int16 collectives
-    ("Invalid scalar type"), so bfloat16 travels as its bytes (a gather only moves them; the last dimension
-    doubles)."""
-    return t.view(torch.uint8) if t.dtype == torch.bfloat16 else t
-
-
-def _bytes(t):
-    return t.view(-1).view(torch.uint8) if t.numel() else torch.empty(0, dtype=torch.uint8)
-
-
-def _transport(process_set):
+def _communicator(process_set):
     if process_set is not None and not _is_global(process_set):
         raise InvalidArgument("adasum_allreduce_: only the global process set is supported (Horovod: \"Adasum does "
                               "not support non-global process sets yet\")")
-    if _ctx.backend in ("mpi", "runtime"):
-        return _MpiTransport(_ctx.comm)
-    return _TorchTransport()
+    return _ctx.comm
 
 
 def _is_global(process_set):
@@ -168,7 +106,7 @@ def adasum_allreduce_(tensor, process_set=None):
     check_size(size)
     if size == 1:
         return tensor
-    tr = _transport(process_set)
+    comm = _communicator(process_set)
     rank = _ctx.rank
     with torch.no_grad():
         buf = tensor.detach().reshape(-1).to("cpu", copy=True).contiguous()
@@ -184,12 +122,12 @@ def adasum_allreduce_(tensor, process_set=None):
                 mine_off, mine_n, give_off, give_n = offset + first, n - first, offset, first
             mine = buf[mine_off:mine_off + mine_n]
             theirs = torch.empty(mine_n, dtype=buf.dtype)
-            tr.exchange(buf[give_off:give_off + give_n].contiguous(), peer, theirs)
+            _exchange(comm, buf[give_off:give_off + give_n].contiguous(), peer, theirs)
             # a: the left neighbour's operand, b: the right one's (the same on both ranks of a pair).
             a, b = (mine, theirs) if left else (theirs, mine)
             a64, b64 = a.double(), b.double()
             partial = torch.tensor([float(a64 @ b64), float(a64 @ a64), float(b64 @ b64)], dtype=torch.float64)
-            every = tr.allgather(partial)
+            every = _ops.allgather_fixed(partial, comm)
             block = rank // (2 * level) * (2 * level)
             dot, anorm, bnorm = (float(x) for x in every[block:block + 2 * level].sum(0))
             buf[mine_off:mine_off + mine_n] = _combine(a, b, dot, anorm, bnorm)
@@ -197,8 +135,10 @@ def adasum_allreduce_(tensor, process_set=None):
             level <<= 1
         segs = _segments(count, size)
         assert segs[rank] == (offset, n)
-        packed = torch.empty(count, dtype=buf.dtype)
-        tr.allgatherv(buf[offset:offset + n].contiguous(), [c for _, c in segs], packed)
+        packed, es = torch.empty(count, dtype=buf.dtype), buf.element_size()
+        with _internal_errors():
+            comm.allgatherv(_ops.as_bytes(buf[offset:offset + n].contiguous()), [c * es for _, c in segs],
+                            _ops.as_bytes(packed))
         out = torch.empty_like(buf)
         pos = 0
         for off, c in segs:

@@ -17,12 +17,12 @@ import itertools
 import torch
 
 from .._compressors import Compression, CompressionSpec, InvalidArgument, compressor
-from .backends import _Backend, _exchange_view
+from .backends import _exchange_view, current as _backend
 from .context import Adasum, Average, Max, Min, Product, Sum, _ctx, _require_init
 from .errors import _internal_errors
 from .process_sets import _ranks_of, _resolve, global_process_set
 from . import join_protocol as _join
-from . import process_sets as _ps
+from . import comm_ops as _ops
 
 _OPS = (Average, Sum, Min, Max, Product, Adasum)
 _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int16,
@@ -105,23 +105,17 @@ def join(device=-1):
 
 def barrier(process_set=global_process_set):
     """Blocks until every rank of the set has reached it."""
-    _ps.barrier(_resolve(process_set))
+    _ops.barrier(_resolve(process_set).communicator())
 
 
 # ---- allreduce ----
 def _reduce(t, op, prescale, postscale, ps):
     """op over the set of a contiguous tensor, scaled as Horovod scales: prescale before, postscale (/ size for an
     Average) after."""
-    size = len(_ranks_of(ps))
+    size, comm = len(_ranks_of(ps)), ps.communicator()
     if op == Average and t.dtype == torch.float32 and prescale == 1.0 and postscale == 1.0:
-        if _ctx.backend in ("mpi", "runtime"):
-            out = t.clone()
-            if out.numel():
-                with _internal_errors():
-                    ps.communicator().allreduce(out.view(-1), "average")
-            return out
-        return _ps.allreduce(t, "sum", ps).div_(size)
-    out = _ps.allreduce(_scale(t, prescale), "sum" if op == Average else op, ps)
+        return _ops.allreduce(t, "average", comm)
+    out = _ops.allreduce(_scale(t, prescale), "sum" if op == Average else op, comm)
     if op == Average:
         if out.is_floating_point():
             out = out.div_(size) if postscale == 1.0 else _scale(out.div_(size), postscale)
@@ -135,8 +129,8 @@ def _reduce(t, op, prescale, postscale, ps):
 def _allreduce_impl(tensor, op, prescale, postscale, process_set, name=None):
     ps = _resolve(process_set)
     t = tensor.detach().contiguous()
-    home, dev = t.device, _ps.transport_device()
-    if home != dev:  # staged: the host for MPI and gloo, the CUDA device for NCCL
+    home, dev = t.device, _ops.transport_device()
+    if home != dev:  # staged once through the host, where the Communicator takes tensors (comm_ops.py)
         return _allreduce_impl(t.to(dev), op, prescale, postscale, process_set, name).to(home)
     if op == Adasum:
         try:
@@ -188,7 +182,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
         out = _scale(tensor.detach().clone().contiguous(), prescale_factor)
         c = compressor(compression)
         with _internal_errors():
-            _Backend.get().allreduce(c, name or "allreduce", _exchange_view(out, c), 0, op).wait()
+            _backend().allreduce(c, name or "allreduce", _exchange_view(out, c), 0, op).wait()
         return _scale(out, postscale_factor)
     return _Allreduce.apply(tensor, op, prescale_factor, postscale_factor, process_set, name)
 

@@ -18,7 +18,7 @@ from .._gradcomp import Error, parse_spec
 from . import adam_math as am
 from . import compressed_adam_state
 from . import grad_hooks
-from .backends import _Backend, _exchange_view
+from .backends import _exchange_view, current as _backend
 from .context import _ctx, _require_init, new_scope
 from .errors import _internal_errors
 
@@ -134,7 +134,7 @@ class CompressedAdam(torch.optim.Optimizer):
             if self.precondition:
                 buf.div_(self._denoms[id(p)])
             codec, scope, step = self._compressor, self._scope, self._compressed_steps
-        handle = _Backend.get().allreduce(codec, self._names[id(p)], _exchange_view(buf, codec), step, "average",
+        handle = _backend().allreduce(codec, self._names[id(p)], _exchange_view(buf, codec), step, "average",
                                           scope=scope, stats=stats)
         return handle, buf, stats
 

@@ -1,4 +1,4 @@
-"""gradcomp.torch's process context: the backend init() chose, the communicators and runtime it made, rank and size,
+"""gradcomp.torch's process context: the backend init() opened, the communicators and runtime it made, rank and size,
 and the queries on them (rank(), size(), ...); the reduce ops. Every other module of the package reads it; it imports
 none of them."""
 from .._compressors import InvalidArgument
@@ -8,8 +8,9 @@ from .._ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401  (horov
 
 class _Context:
     def __init__(self):
-        self.backend = None       # "torch" (torch.distributed) or "mpi" (gradcomp's C++ MPI communicator)
-        self.comm = None          # C++ communicator for the "mpi" and "runtime" backends
+        self.impl = None          # the backend init() opened (backends.py: "runtime", "mpi" or "torch")
+        self.comm = None          # the world's C++ Communicator (MPI, or TorchCommunicator over the default group)
+        self.control_comm = None  # the Communicator of join()'s control rounds (the world's, or a gloo group's)
         self.runtime_comm = None  # the runtime's own communicator (a split of comm)
         self.runtime = None       # C++ fusion Runtime for the "runtime" backend
         self.device_comm = None   # the runtime's NCCL communicator for CUDA tensors (None: CUDA tensors use MPI)
@@ -18,9 +19,7 @@ class _Context:
         self.local_rank = 0
         self.local_size = 1
         self.owns_process_group = False
-        # torch backend: a gloo group of every rank for join()'s control rounds, so that they never interleave with
-        # the exchange worker's collectives on the default group (which run on another thread)
-        self.control_group = None
+        self.control_group = None  # torch backend: the gloo group under control_comm
         self.scopes = 0  # owner scopes handed out (new_scope): the same sequence on every rank
 
 
@@ -38,7 +37,7 @@ _ctx = _Context()
 
 
 def _require_init():
-    if _ctx.backend is None:
+    if _ctx.impl is None:
         raise InvalidArgument("gradcomp.torch: call init() first")
 
 
@@ -53,7 +52,7 @@ def _check_op(op, average=None):
 
 
 def is_initialized():
-    return _ctx.backend is not None
+    return _ctx.impl is not None
 
 
 def rank():
@@ -79,4 +78,4 @@ def local_size():
 def backend():
     """"runtime" (C++ fusion runtime), "mpi" (C++ communicator) or "torch" (torch.distributed)."""
     _require_init()
-    return _ctx.backend
+    return _ctx.impl.name

@@ -10,13 +10,13 @@ from .._compressors import Compression, InvalidArgument
 from .collectives import Average, Sum, _check_reduce_op, _is_horovod_codec, _new_handle, _scale, allreduce
 from .context import _ctx, _require_init
 from .process_sets import _ranks_of, _resolve, global_process_set
-from . import process_sets as _ps
+from . import comm_ops as _ops
 
 
 # ---- allgather ----
 def _allgather_impl(tensor, process_set):
     ps = _resolve(process_set)
-    out, dims = _ps.allgatherv(tensor, ps)
+    out, dims = _ops.allgatherv(tensor, ps.communicator())
     if tensor.dim() == 0:
         out = out.view(-1)
     return out, dims
@@ -63,8 +63,12 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """In place: every rank's `tensor` becomes root_rank's (root_rank: a global rank, as in Horovod)."""
     _require_init()
+    ps = _resolve(process_set)
+    ranks = _ranks_of(ps)
+    if root_rank not in ranks:
+        raise InvalidArgument(f"broadcast: root_rank {root_rank} is not a member of {ps}")
     with torch.no_grad():
-        _ps.broadcast_(tensor, root_rank, _resolve(process_set))
+        _ops.broadcast_(tensor, ranks.index(root_rank), ps.communicator())
     return tensor
 
 
@@ -110,7 +114,7 @@ def _alltoall_impl(tensor, splits, process_set):
         splits = [tensor.shape[0] // size] * size
     elif torch.is_tensor(splits):
         splits = splits.tolist()
-    out, recv = _ps.alltoallv(tensor, list(splits), ps)
+    out, recv = _ops.alltoallv(tensor, list(splits), ps.communicator())
     return out, torch.tensor(recv, dtype=torch.int32)
 
 
@@ -156,8 +160,8 @@ def _sum_owned_rows(t, ps):
     deterministic), in float32 for half types, int64 for integers and bool, else in the tensor's dtype."""
     size = len(_ranks_of(ps))
     splits = _owned_rows(t.shape[0], size)
-    me = ps.rank() if ps is not global_process_set else _ctx.rank
-    received, _ = _ps.alltoallv(t, splits, ps)
+    me = ps.communicator().rank
+    received, _ = _ops.alltoallv(t, splits, ps.communicator())
     blocks = received.view((size, splits[me]) + tuple(t.shape[1:]))
     if t.dtype in (torch.float16, torch.bfloat16):
         acc_dtype = torch.float32
@@ -179,8 +183,8 @@ def _reducescatter_impl(tensor, op, process_set, prescale, postscale):
     t = tensor.detach().contiguous()
     if t.dim() == 0:
         raise InvalidArgument("reducescatter: the tensor needs at least one dimension")
-    home, dev = t.device, _ps.transport_device()
-    if home != dev:  # staged: the host for MPI and gloo, the CUDA device for NCCL
+    home, dev = t.device, _ops.transport_device()
+    if home != dev:  # staged once through the host, where the Communicator takes tensors (comm_ops.py)
         return _reducescatter_impl(t.to(dev), op, process_set, prescale, postscale).to(home)
     out = _sum_owned_rows(_scale(t, prescale), ps)
     # Scaled as allreduce scales: an Average divides by the set size; integers take (postscale / size) at once,

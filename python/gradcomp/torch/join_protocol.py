@@ -13,14 +13,10 @@ import weakref
 import zlib
 
 import torch
-import torch.distributed as dist
 
 from .._compressors import InvalidArgument
 from .context import _ctx
-from .errors import _internal_errors
-from .lifetimes import keep_for_torch
-from .process_sets import global_process_set
-from . import process_sets as _ps
+from . import comm_ops as _ops
 
 JOINED, ALLREDUCE, STEP = 0, 1, 2
 _KINDS = {JOINED: "join()", ALLREDUCE: "an allreduce", STEP: "a DistributedOptimizer step"}
@@ -30,15 +26,9 @@ _participants = []  # weak references to the global-set DistributedOptimizers, i
 
 def control(row):
     """One control round of the global set: every rank's row, (size, 5) int64 in rank order. On the torch backend it
-    runs on a gloo group of its own (init()), never between the exchange worker's collectives on the default group."""
-    t = torch.tensor(row, dtype=torch.int64)
-    if _ctx.backend == "torch" and _ctx.control_group is not None:
-        out = [torch.empty_like(t) for _ in range(_ctx.size)]
-        with _internal_errors():
-            dist.all_gather(out, t, group=_ctx.control_group)
-            keep_for_torch(out, t)
-        return torch.stack(out)
-    return _ps.allgather_fixed(t, global_process_set)
+    runs on a gloo group of its own (init(): _ctx.control_comm), never between the exchange worker's collectives on
+    the default group."""
+    return _ops.allgather_fixed(torch.tensor(row, dtype=torch.int64), _ctx.control_comm)
 
 
 def check_agreement(rows):

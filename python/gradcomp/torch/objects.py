@@ -10,7 +10,7 @@ from .._compressors import InvalidArgument
 from .context import _ctx, _require_init
 from .process_sets import _resolve, global_process_set
 from .gathers import broadcast_
-from . import process_sets as _ps
+from . import comm_ops as _ops
 
 try:
     import cloudpickle
@@ -66,9 +66,9 @@ def allgather_object(obj, name=None, process_set=global_process_set):
         data, error = _dumps(obj), 0
     except Exception as e:  # noqa: BLE001
         data, error = f"{type(e).__name__}: {e}".encode(), 1
-    flags = _ps.allgather_fixed(torch.tensor([error], dtype=torch.int64), ps)
-    gathered, dims = _ps.allgatherv(torch.frombuffer(bytearray(data), dtype=torch.uint8) if data
-                                    else torch.zeros(0, dtype=torch.uint8), ps, "allgather_object")
+    flags = _ops.allgather_fixed(torch.tensor([error], dtype=torch.int64), ps.communicator())
+    gathered, dims = _ops.allgatherv(torch.frombuffer(bytearray(data), dtype=torch.uint8) if data
+                                    else torch.zeros(0, dtype=torch.uint8), ps.communicator(), "allgather_object")
     blobs, offset = [], 0
     for d in dims:
         blobs.append(gathered[offset:offset + d].numpy().tobytes())

@@ -34,7 +34,7 @@ import torch
 from .. import _optimizer_state
 from .._compressors import Compression, InvalidArgument, owned_compressor
 from .._gradcomp import Error
-from .backends import _Backend, _exchange_view
+from .backends import _exchange_view, current as _backend
 from . import grad_hooks
 from . import join_protocol as _join
 from . import optimizer_sparse
@@ -254,7 +254,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # Horovod: prescale 1/f, sum, postscale f/size (postscaled() after wait()).
             grad.mul_(1.0 / self._predivide)
             op = "sum"
-        return _Backend.get().allreduce(self._compressor, name, _exchange_view(grad, self._compressor),
+        return _backend().allreduce(self._compressor, name, _exchange_view(grad, self._compressor),
                                         self._step_count_gc, op, self._process_set, scope=self._scope)
 
     def synchronize(self):

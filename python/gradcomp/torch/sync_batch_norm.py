@@ -16,11 +16,11 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from .._compressors import InvalidArgument
 from .context import _ctx, _require_init
 from .process_sets import global_process_set
-from . import process_sets as _ps
+from . import comm_ops as _ops
 
 
 def _allreduce_sum(t):
-    return _ps.allreduce(t, "sum", global_process_set)  # any device: staged to the transport's (process_sets.py)
+    return _ops.allreduce(t, "sum", global_process_set.communicator())  # any device (comm_ops.py)
 
 
 class _AllreduceSum(torch.autograd.Function):

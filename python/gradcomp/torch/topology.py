@@ -38,7 +38,7 @@ def mpi_built():
 
 def mpi_enabled():
     """True when init() chose a backend over gradcomp's MPI communicator ("mpi" or "runtime")."""
-    return _ctx.backend in ("mpi", "runtime")
+    return _ctx.impl is not None and _ctx.impl.over_mpi
 
 
 def mpi_threads_supported():
@@ -54,8 +54,7 @@ def gloo_built():
 
 def gloo_enabled():
     """True on the torch backend over a gloo process group."""
-    return _ctx.backend == "torch" and torch.distributed.is_initialized() \
-        and torch.distributed.get_backend() == "gloo"
+    return _ctx.impl is not None and _ctx.impl.gloo()
 
 
 def nccl_built():
@@ -84,16 +83,16 @@ def start_timeline(file_path, mark_cycles=False):
     closing the one being written. mark_cycles is accepted for Horovod compatibility (every cycle that does work is
     marked). The "mpi" and "torch" backends have no runtime: InvalidArgument."""
     _require_init()
-    if _ctx.backend != "runtime" or _ctx.runtime is None:
+    if _ctx.runtime is None:
         raise InvalidArgument(f"start_timeline('{file_path}'): the timeline is the fusion runtime's; backend "
-                              f"'{_ctx.backend}' has none (init(backend='runtime') under mpirun)")
+                              f"'{_ctx.impl.name}' has none (init(backend='runtime') under mpirun)")
     _ctx.runtime.start_timeline(str(file_path))
 
 
 def stop_timeline():
     """Closes the runtime's timeline file (a no-op on the other backends)."""
     _require_init()
-    if _ctx.backend == "runtime" and _ctx.runtime is not None:
+    if _ctx.runtime is not None:
         _ctx.runtime.stop_timeline()
 
 

@@ -39,7 +39,7 @@ def _exit_for_restart(error):
 def _reset():
     """gradcomp re-initialized in this process, on the backend it had."""
     from ..launch import init, shutdown
-    backend = _ctx.backend
+    backend = _ctx.impl.name
     shutdown()
     init(backend=backend)
 
@@ -50,9 +50,9 @@ def run_fn(func, reset=_reset):
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
-        if _ctx.backend in ("mpi", "runtime"):
+        if _ctx.impl is not None and not _ctx.impl.elastic:
             from ..._compressors import InvalidArgument
-            raise InvalidArgument(f"gradcomp.torch.elastic.run: the '{_ctx.backend}' backend is not elastic (an MPI "
+            raise InvalidArgument(f"gradcomp.torch.elastic.run: the '{_ctx.impl.name}' backend is not elastic (an MPI "
                                   "world cannot shrink or grow under mpirun); use backend='torch' under torchrun")
         max_resets = int(os.environ.get("GRADCOMP_ELASTIC_MAX_RESETS", 16))
         resets, reset_required, skip_sync, first = 0, False, False, True
