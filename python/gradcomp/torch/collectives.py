@@ -8,7 +8,8 @@ table and synchronize() are Horovod's. allreduce is an autograd Function (the gr
 allreduce of the gradient, as in Horovod).
 
 join(): every allreduce on the global process set and every DistributedOptimizer step is preceded by a small control
-allgather (join_protocol.py: what is reduced, or which optimizer steps, or "joined"), so joined ranks serve the
+allgather (join_protocol.py: what is reduced, or which optimizer steps, or "joined"; on the runtime backend the
+optimizer's steps need none: the fusion runtime negotiates the join), so joined ranks serve the
 others' allreduces and optimizer steps with zeros (an Average still divides by the world size, as in Horovod) until
 every rank has joined. join() returns the rank that joined last (of several joining in the same round, the
 highest)."""
@@ -87,11 +88,13 @@ def join(device=-1):
     _require_init()
     if _ctx.size == 1:
         return 0
+    runtime_join = _join.RuntimeJoin()  # runtime backend: the optimizers' steps, negotiated by the fusion runtime
     before = set()
     while True:
         rows = _join.control([_join.JOINED, 0, 0, 0, 0])
         joined = {r for r in range(_ctx.size) if int(rows[r, 0]) == _join.JOINED}
         if len(joined) == _ctx.size:
+            runtime_join.wait()
             new = joined - before
             return max(new) if new else _ctx.size - 1
         before = joined

@@ -8,7 +8,12 @@ A row is int64[5]: (kind, a, b, c, d)
     STEP       (2, optimizer key, parameter count, 0, step)  a DistributedOptimizer's step; the key is a CRC-32 of
                                                              its parameter names in order (the same on every rank)
 Ranks that are not joined must agree on (kind, a, b, c) (InvalidArgument on every rank otherwise); d is the step
-counter, which a joined rank takes over."""
+counter, which a joined rank takes over.
+
+On the runtime backend a DistributedOptimizer's step (global set, C++ codec) has no control round: its gradients go
+through the fusion runtime, whose negotiation carries the joined flag (Runtime::join, docs/runtime.md), so join()
+runs the runtime's join beside this protocol's rounds (which then serve the plain allreduces alone)."""
+import threading
 import weakref
 import zlib
 
@@ -70,6 +75,38 @@ def announce_step(key, count, step):
     rows = control([STEP, key, count, 0, step])
     check_agreement(rows)
     return bool((rows[:, 0] == JOINED).any())
+
+
+def negotiated(compressor):
+    """True when a global-set DistributedOptimizer with `compressor` needs no STEP rounds: the runtime backend's fusion
+    runtime negotiates its tensors, and a joined rank serves them from Runtime.join()."""
+    return _ctx.backend == "runtime" and not getattr(compressor, "is_python", True)
+
+
+class RuntimeJoin:
+    """Runtime.join() of the runtime backend on a thread of its own (it blocks until every rank joined, with the GIL
+    released), beside join()'s control rounds; a no-op on the other backends."""
+
+    def __init__(self):
+        self._error = None
+        self._thread = None
+        if _ctx.backend == "runtime" and _ctx.runtime is not None:
+            self._thread = threading.Thread(target=self._run, name="gradcomp-join", daemon=True)
+            self._thread.start()
+
+    def _run(self):
+        try:
+            _ctx.runtime.join()
+        except BaseException as e:  # reported by wait(), on the caller's thread
+            self._error = e
+
+    def wait(self):
+        if self._thread is None:
+            return
+        with _internal_errors():
+            self._thread.join()
+            if self._error is not None:
+                raise self._error
 
 
 def replay_step(row):
