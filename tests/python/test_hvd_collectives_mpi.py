@@ -260,6 +260,29 @@ def check_join_optimizer(rank, size):
         hvd.barrier()
 
 
+def check_join_cost(rank, size):
+    """What join support costs a step while no rank is joined, in control rounds (join_protocol.rounds): none for a
+    DistributedOptimizer step on the runtime backend (the fusion runtime's negotiation carries the joined flag), one
+    per step on the mpi and torch backends (no controller: a joined rank learns the next collective from it), one per
+    global-set allreduce everywhere."""
+    from gradcomp.torch import join_protocol
+    model = _join_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), compression=hvd.Compression.fp16)
+    before = join_protocol.rounds
+    for step in range(5):
+        x, y = _join_batch(step, rank)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    per_step = (join_protocol.rounds - before) / 5
+    expected = 0 if hvd.backend() == "runtime" else 1
+    assert per_step == expected, f"{hvd.backend()} backend: {per_step} control rounds per step, expected {expected}"
+    before = join_protocol.rounds
+    hvd.allreduce(_x(rank), name="join_cost")
+    assert join_protocol.rounds - before == 1, "a global-set allreduce runs one control round"
+
+
 # Registered by init(process_sets=[INIT_SET]) (Horovod's argument) in both launchers of these checks (a set of every
 # rank would duplicate the global set, and check_process_sets adds the even ranks).
 _WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or 2)
@@ -384,7 +407,7 @@ def check_topology(rank, size):
 def run_all():
     rank, size = hvd.rank(), hvd.size()
     torch.set_num_threads(1)
-    for check in (check_allreduce, check_gathers, check_objects, check_join, check_join_optimizer,
+    for check in (check_allreduce, check_gathers, check_objects, check_join, check_join_optimizer, check_join_cost,
                   check_init_process_sets, check_process_sets, check_topology):
         check(rank, size)
         hvd.barrier()

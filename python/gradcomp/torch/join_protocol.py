@@ -31,11 +31,14 @@ JOINED, ALLREDUCE, STEP = 0, 1, 2
 _KINDS = {JOINED: "join()", ALLREDUCE: "an allreduce", STEP: "a DistributedOptimizer step"}
 
 _participants = []  # weak references to the global-set DistributedOptimizers, in creation order
+rounds = 0  # control rounds this process has run (the cost of join support; tests count it per step)
 
 
 def control(row):
     """One control round of the global set: every rank's row, (size, 5) int64 in rank order. On the torch backend it
     runs on a gloo group of its own (init()), never between the exchange worker's collectives on the default group."""
+    global rounds
+    rounds += 1
     t = torch.tensor(row, dtype=torch.int64)
     if _ctx.backend == "torch" and _ctx.control_group is not None:
         out = [torch.empty_like(t) for _ in range(_ctx.size)]
