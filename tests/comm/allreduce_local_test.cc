@@ -141,6 +141,32 @@ TEST(CompressedAllreduce, MismatchedNameNumelOrSpecRaisesEverywhere) {
                   "nonfinite=raise", "nonfinite=skip");
 }
 
+TEST(CompressedAllreduce, MismatchedSegmentsRaiseEverywhere) {
+  // Same buffer, name and codec, but rank 2 cuts it into other tensors: the check compares the segments too.
+  auto errors = run_ranks_collect(3, [&](Communicator& comm) {
+    std::vector<float> x(100, 1.0f);
+    const std::size_t cut = comm.rank() == 2 ? 70 : 30;
+    std::vector<TensorSegment> segments = {{.name = "a", .offset = 0, .numel = cut},
+                                           {.name = "b", .offset = cut, .numel = 100 - cut}};
+    AllreduceOptions options;
+    options.segments = segments;
+    auto codec = make_compressor("topk:ratio=0.5");
+    compressed_allreduce(comm, *codec, TensorView::of(std::span(x)), "bucket", options);
+  });
+  for (int r = 0; r < 3; ++r) {
+    ASSERT_TRUE(errors[r]) << "rank " << r << " did not fail";
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("name='bucket'"), std::string::npos) << what;
+      EXPECT_NE(what.find("segments=[a:30, b:70]"), std::string::npos) << what;
+      EXPECT_NE(what.find("rank 2 has"), std::string::npos) << what;
+      EXPECT_NE(what.find("segments=[a:70, b:30]"), std::string::npos) << what;
+    }
+  }
+}
+
 TEST(CompressedAllreduce, DeadRankMakesTheOthersFailWithinTheTimeout) {
   for (auto algorithm : kAlgorithms) {
     if (algorithm == AllreduceAlgorithm::kDense) continue;
