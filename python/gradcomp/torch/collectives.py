@@ -77,9 +77,11 @@ def synchronize(handle):
 
 
 # ---- join ----
-def _announce(t, op):
+def _announce(t, op, name):
     if _ctx.size > 1:
-        _join.check_agreement(_join.control([_join.ALLREDUCE, _DTYPES.index(t.dtype), t.numel(), _OPS.index(op), 0]))
+        row = [_join.ALLREDUCE, _DTYPES.index(t.dtype), t.numel(), _OPS.index(op), 0]
+        _join.check_agreement(_join.control(row), f"an allreduce of '{name or 'allreduce'}' "
+                                                  f"({str(t.dtype).replace('torch.', '')}[{t.numel()}], op {op})")
 
 
 def join(device=-1):
@@ -98,7 +100,7 @@ def join(device=-1):
             new = joined - before
             return max(new) if new else _ctx.size - 1
         before = joined
-        desc = _join.check_agreement(rows)[0]
+        desc = _join.check_agreement(rows, "join()")[0]
         if int(desc[0]) == _join.STEP:
             _join.replay_step(desc)
             continue
@@ -150,7 +152,7 @@ def _allreduce_impl(tensor, op, prescale, postscale, process_set, name=None):
         adasum_allreduce_(out, process_set=None if ps is global_process_set else ps)
         return _scale(out, postscale)
     if ps is global_process_set:
-        _announce(t, op)
+        _announce(t, op, name)
     return _reduce(t, op, prescale, postscale, ps)
 
 

@@ -7,8 +7,8 @@ A row is int64[5]: (kind, a, b, c, d)
     ALLREDUCE  (1, dtype index, numel, op index, 0)          an allreduce of gradcomp.torch's functions
     STEP       (2, optimizer key, parameter count, 0, step)  a DistributedOptimizer's step; the key is a CRC-32 of
                                                              its parameter names in order (the same on every rank)
-Ranks that are not joined must agree on (kind, a, b, c) (InvalidArgument on every rank otherwise); d is the step
-counter, which a joined rank takes over.
+Ranks that are not joined must agree on (kind, a, b, c) (InvalidArgument on every rank otherwise, naming the tensor
+and the ranks of both sides); d is the step counter, which a joined rank takes over.
 
 On the runtime backend a DistributedOptimizer's step (global set, C++ codec) has no control round: its gradients go
 through the fusion runtime, whose negotiation carries the joined flag (Runtime::join, docs/runtime.md), so join()
@@ -49,15 +49,29 @@ def control(row):
     return _ps.allgather_fixed(t, global_process_set)
 
 
-def check_agreement(rows):
-    """The rows of the ranks that are not joined must be equal; returns those rows (InvalidArgument otherwise, on
-    every rank: each sees the same rows)."""
-    active = rows[rows[:, 0] != JOINED]
-    if len(active) and not bool((active[:, :4] == active[0, :4]).all()):
-        said = "; ".join(f"rank {r}: {_KINDS.get(int(row[0]), '?')} {row[1:4].tolist()}"
-                         for r, row in enumerate(rows) if int(row[0]) != JOINED)
-        raise InvalidArgument(f"join protocol: ranks disagree on the next collective ({said})")
-    return active
+def check_agreement(rows, description):
+    """The rows of the ranks that are not joined must be equal; returns those rows. Otherwise every rank (each sees
+    the same rows) exchanges its `description` (what it is about to do, naming the tensor) and raises InvalidArgument
+    naming both sides and their ranks, as gradcomp::check_agreement does."""
+    active = [r for r in range(len(rows)) if int(rows[r, 0]) != JOINED]
+    other = next((r for r in active if not bool((rows[r, :4] == rows[active[0], :4]).all())), None)
+    if other is None:
+        return rows[rows[:, 0] != JOINED]
+    said = _descriptions(description)
+    raise InvalidArgument(f"gradcomp.torch: ranks disagree on the next global-set collective (seen on rank "
+                          f"{_ctx.rank} of {_ctx.size}): rank {active[0]} has {said[active[0]]}, but rank {other} has "
+                          f"{said[other]}")
+
+
+def _descriptions(mine):
+    """Every rank's description, on the control round's channel (only after a mismatch, which every rank sees)."""
+    if _ctx.backend == "torch" and _ctx.control_group is not None:
+        out = [None] * _ctx.size
+        with _internal_errors():
+            dist.all_gather_object(out, mine, group=_ctx.control_group)
+        return out
+    from .objects import allgather_object
+    return allgather_object(mine)
 
 
 def optimizer_key(names):
@@ -76,7 +90,7 @@ def announce_step(key, count, step):
     """Before the exchange of step `step` of the optimizer `key` with `count` parameters: True when some rank is
     joined (the step's exchange must then take the order a joined rank can replay: every parameter, in order)."""
     rows = control([STEP, key, count, 0, step])
-    check_agreement(rows)
+    check_agreement(rows, f"a DistributedOptimizer step ({count} parameters, parameter-name key {key})")
     return bool((rows[:, 0] == JOINED).any())
 
 
