@@ -44,8 +44,8 @@ void run_scatter_reduce_allgather(Call& call);
 // (ordered_sum_f32).
 void run_rounds(Call& call);
 
-// Throws InvalidArgument on every rank unless all ranks call with the same (name, numel, dtype, spec, algorithm, op,
-// hierarchical). One allgather of a 24-byte fingerprint; a second exchange of the descriptions on mismatch.
+// Throws InvalidArgument on every rank unless all ranks call with the same describe_allreduce() (name, numel, dtype,
+// spec, algorithm, op, hierarchical, segments): check_agreement() of verify.h.
 void verify_agreement(Communicator& comm, const Compressor& compressor, const TensorView& tensor, std::string_view name,
                       const AllreduceOptions& options);
 

@@ -1,6 +1,8 @@
 // Compressed collectives: one entry point that picks the algorithm from the compressor's traits.
 #pragma once
 
+#include <array>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -105,5 +107,17 @@ struct AllreduceStats {
 // also under scatter-reduce-allgather; the chunk owner's re-quantization keeps its own residual under "<name>#sra".
 AllreduceStats compressed_allreduce(Communicator& comm, Compressor& compressor, const TensorView& tensor,
                                     std::string_view name, const AllreduceOptions& options = {});
+
+// Cross-rank agreement, the one check every entry uses (compressed_allreduce's AllreduceOptions::verify, the torch
+// bridge's exchange worker, the Python collectives): each rank describes in words what it is about to do (naming the
+// tensor); one allgather of a 16-byte fingerprint of the description (FNV-1a 64, then its length), and only on a
+// mismatch an exchange of the descriptions. Returns when every rank's fingerprint is equal; otherwise throws
+// InvalidArgument on every rank: "<what>: ranks disagree (seen on rank r of n): rank 0 has <rank 0's description>,
+// but rank k has <rank k's>", k the first rank that differs from rank 0. A rank that does not take part makes the
+// others throw the communicator's Timeout/CommError.
+void check_agreement(Communicator& comm, std::string_view what, std::string_view description);
+// The fingerprint check_agreement() gathers: equal on two ranks when their descriptions are (up to a 64-bit hash
+// collision between descriptions of equal length). Callers that cache a passed check key it by this.
+std::array<std::byte, 16> agreement_fingerprint(std::string_view description);
 
 }  // namespace gradcomp

@@ -224,6 +224,17 @@ class Runtime {
   // Waits for every tensor submitted so far, releases their handles, then rethrows the first error among them.
   void synchronize();
 
+  // Horovod's join for uneven data: this rank has no more tensors to submit. Until every rank has called join(), it
+  // takes part in the tensors the others submit with zeros of the negotiated size, dtype and spec (an Average still
+  // divides by the world size; a tensor of an owner's scope uses that scope's compressor where this rank has one,
+  // else the spec's codec); its own pending tensors complete as usual. Blocks until every rank has joined and returns
+  // the rank that joined last (of several joining in the same cycle, the highest). Nothing is added to the runtime's
+  // communication until some rank joins: the flag travels in the negotiation message every cycle sends. Zeros are
+  // host memory (a CUDA tensor of the others is served with a host tensor; not with RuntimeOptions::device_comm).
+  // Throws the error that stopped the runtime, or Error when it shuts down first; InvalidArgument when join() is
+  // already running on this rank.
+  int join();
+
   // Starts writing the Chrome-trace timeline to `path` ("{rank}" is replaced by the rank; without it only rank 0
   // writes), closing the one being written, if any. Not collective. Throws InvalidArgument if the file cannot be
   // opened. stop_timeline() closes it (a valid JSON file); later events are dropped until the next start.

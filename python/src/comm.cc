@@ -231,6 +231,14 @@ void init_comm(nb::module_& m) {
              nb::gil_scoped_release release;
              r.synchronize();
            })
+      .def(
+          "join",
+          [](Runtime& r) {
+            nb::gil_scoped_release release;
+            return r.join();
+          },
+          "Horovod's join: serves the other ranks' tensors with zeros until every rank joined; returns the rank that "
+          "joined last (Runtime::join).")
       .def("shutdown",
            [](Runtime& r) {
              nb::gil_scoped_release release;

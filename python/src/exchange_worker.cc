@@ -5,7 +5,6 @@
 
 #include <nanobind/ndarray.h>
 
-#include <cstring>
 #include <optional>
 
 #include "agreement.h"
@@ -35,20 +34,18 @@ struct ExchangeWorker::Job {
 
 namespace {
 
-// None, or the (scope, fingerprint, description) tuple of ExchangeWorker::submit.
+// None, or the (scope, description) pair of ExchangeWorker::submit.
 std::optional<ExchangeLayout> layout_of(nb::handle agreement) {
   if (agreement.is_none()) return std::nullopt;
-  nb::tuple triple;
-  nb::bytes fingerprint;
+  nb::tuple pair;
   nb::str description;
   ExchangeLayout layout;
-  if (!nb::try_cast(agreement, triple) || triple.size() != 3 || !nb::try_cast(triple[0], layout.scope) ||
-      !nb::try_cast(triple[1], fingerprint) || !nb::try_cast(triple[2], description) ||
-      fingerprint.size() != layout.fingerprint.size()) {
-    throw InvalidArgument("exchange worker: agreement must be None or (scope, 16-byte fingerprint, description)");
+  if (!nb::try_cast(agreement, pair) || pair.size() != 2 || !nb::try_cast(pair[0], layout.scope) ||
+      !nb::try_cast(pair[1], description)) {
+    throw InvalidArgument("exchange worker: agreement must be None or (scope, description)");
   }
-  std::memcpy(layout.fingerprint.data(), fingerprint.c_str(), layout.fingerprint.size());
   layout.description = description.c_str();
+  layout.fingerprint = agreement_fingerprint(layout.description);
   return layout;
 }
 

@@ -46,9 +46,8 @@ class ExchangeWorker {
   // verify}) on the tensor in place. `segments`: None or [(name, offset, numel[, rows])] covering the tensor in order.
   // `hierarchical`: the node groups are built by the first such job (a collective split, in job order on every rank)
   // and reused by the later ones for the worker's lifetime. `verify`: compressed_allreduce's own per-call agreement
-  // check. `agreement`: None, or (scope, 16-byte fingerprint, description) of the exchange's layout
-  // (ExchangeLayout, agreement.h): checked across ranks before the job's first collective, until a check of that
-  // (scope, fingerprint) has passed; later jobs of the layout skip it (the decision is taken in job order, so every
+  // check. `agreement`: None, or (scope, description) of the exchange's layout (ExchangeLayout, agreement.h): checked
+  // across ranks before the job's first collective, until a check of that (scope, description) has passed; later jobs of the layout skip it (the decision is taken in job order, so every
   // rank takes the same one). Returns a torch.futures.Future whose value is
   // `result` once the tensor holds the aggregate, or that carries the gradcomp exception (with rank and tensor name).
   // When `stats` is a dict, the AllreduceStats are written into it before the future completes. The worker holds

@@ -17,16 +17,24 @@ namespace {
 std::chrono::duration<double> to_seconds(Clock::duration d) { return std::chrono::duration<double>(d); }
 }  // namespace
 
+Runtime::Impl::CycleClock::CycleClock(const RuntimeOptions& options)
+    : period(std::chrono::duration_cast<Clock::duration>(
+          std::chrono::duration<double, std::milli>(options.cycle_time_ms))),
+      idle_max(std::max(period, std::chrono::duration_cast<Clock::duration>(
+                                    std::chrono::duration<double, std::milli>(options.idle_cycle_max_ms)))),
+      idle_base(std::max(period, std::chrono::duration_cast<Clock::duration>(std::chrono::milliseconds(1)))),
+      backs_off(options.idle_cycle_max_ms > 0),
+      next(Clock::now()) {}
+
+void Runtime::Impl::CycleClock::start(Clock::time_point now) {
+  next = now + period;
+  if (quiet_cycles > 0 && backs_off) {
+    next = now + std::min(idle_max, idle_base * (Clock::duration::rep{1} << std::min(quiet_cycles, 20u)));
+  }
+}
+
 void Runtime::Impl::loop() {
-  const auto cycle = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double, std::milli>(options_.cycle_time_ms));
-  const auto idle_max = std::max(cycle, std::chrono::duration_cast<Clock::duration>(
-                                            std::chrono::duration<double, std::milli>(options_.idle_cycle_max_ms)));
-  const auto idle_base = std::max(cycle, std::chrono::duration_cast<Clock::duration>(std::chrono::milliseconds(1)));
-  unsigned quiet_cycles = 0;  // consecutive cycles in which no rank had anything pending (same on every rank)
-  std::deque<std::pair<std::uint64_t, Clock::time_point>> cycle_starts;  // rank 0's deadline bookkeeping
-  std::uint64_t expire_before = 0;
-  auto next = Clock::now();
+  CycleClock clock(options_);
   try {
     const int lanes = pipeline_lanes();
     if (lanes > 0) {
@@ -36,90 +44,17 @@ void Runtime::Impl::loop() {
       });
     }
     while (true) {
-      bool shutting_down = false;
-      std::deque<Request> incoming;
-      {
-        std::unique_lock lock(mutex_);
-        wake_cv_.wait(lock, [&] { return shutdown_requested_ || fatal_ != nullptr || !held_back(); });
-        const bool woken = wake_cv_.wait_until(lock, next, [&] {
-          return shutdown_requested_ || fatal_ != nullptr || (backing_off_ && !queue_.empty());
-        });
-        if (woken && backing_off_ && !shutdown_requested_ && fatal_ == nullptr) {
-          // A local enqueue ended the back-off. Gather the rest of its burst (a backward pass submits many
-          // gradients back to back) for one cycle period, as a cycle would, so that it travels in one cycle.
-          backing_off_ = false;
-          wake_cv_.wait_until(lock, Clock::now() + cycle, [&] { return shutdown_requested_ || fatal_ != nullptr; });
-        }
-        if (fatal_) std::rethrow_exception(fatal_);  // a lane's communication failed
-        shutting_down = shutdown_requested_;
-        incoming.swap(queue_);
-      }
+      const Intake intake = take_incoming(clock);
       const auto start = Clock::now();
-      next = start + cycle;
-      if (quiet_cycles > 0 && options_.idle_cycle_max_ms > 0) {
-        next = start + std::min(idle_max, idle_base * (Clock::duration::rep{1} << std::min(quiet_cycles, 20u)));
-      }
-      for (Request& request : incoming) {
-        negotiator_.add_pending(request.name, request.signature);
-        pending_.emplace(request.name, std::move(request));
-      }
-      if (comm_.rank() == 0) {
-        cycle_starts.emplace_back(negotiator_.cycle(), start);
-        while (!cycle_starts.empty() && cycle_starts.front().second + timeout_ < start) {
-          expire_before = cycle_starts.front().first + 1;
-          cycle_starts.pop_front();
-        }
-      }
-
-      // Negotiate: one allgather of fixed-size bit vectors; two more when some rank announces new names.
-      const std::vector<std::byte> message =
-          negotiator_.make_message(shutting_down, expire_before, fusion_threshold_.load());
-      std::vector<std::byte> messages(message.size() * comm_.size());
-      comm_.allgather(message, messages);
-      std::uint64_t collectives = 1;
-      std::size_t sent = message.size();
-      runtime::CycleSummary summary = negotiator_.summarize(messages);
-      std::vector<std::vector<std::byte>> blobs;
-      if (summary.any_announcements) {
-        const std::vector<std::byte> announcements = negotiator_.take_announcements();
-        blobs = comm::allgather_blobs(comm_, announcements);
-        collectives += 2;
-        sent += sizeof(std::uint64_t) + announcements.size();
-      }
-      runtime::CycleDecision decision = negotiator_.decide(summary, blobs);
-      const auto negotiated = Clock::now();
-      quiet_cycles = negotiator_.quiet(summary) && decision.ready.empty() && decision.failed.empty()
-                         ? quiet_cycles + 1
-                         : 0;
-      {
-        std::lock_guard lock(mutex_);
-        backing_off_ = quiet_cycles > 0 && options_.idle_cycle_max_ms > 0;
-      }
-      {
-        std::lock_guard lock(stats_mutex_);
-        ++stats_.cycles;
-        if (!decision.ready.empty() || !decision.failed.empty()) ++stats_.busy_cycles;
-        stats_.negotiation_collectives += collectives;
-        stats_.negotiation_bytes += sent;
-        stats_.negotiate_s += to_seconds(negotiated - start).count();
-      }
-      if (timeline_.active() && (summary.any_announcements || !decision.ready.empty() || !decision.failed.empty())) {
-        timeline_.event("negotiate", "negotiate", 0, start, negotiated,
-                        fmt::format("{{\"cycle\":{},\"ready\":{},\"failed\":{},\"collectives\":{}}}",
-                                    negotiator_.cycle() - 1, decision.ready.size(), decision.failed.size(),
-                                    collectives));
-      }
-
-      for (const auto& failed : decision.failed) {
-        auto it = pending_.find(failed.name);
-        if (it == pending_.end()) continue;
-        negotiator_.remove_pending(failed.name);
-        complete(it->second, failed.timeout ? error_status<Timeout>(failed.message)
-                                            : error_status<InvalidArgument>(failed.message));
-        pending_.erase(it);
-      }
-      execute(decision.ready, start, summary.fusion_threshold);
-
+      clock.start(start);
+      if (comm_.rank() == 0) clock.advance_deadline(negotiator_.cycle(), start, timeout_);
+      const Negotiation negotiation = negotiate(intake, clock.expire_before);
+      record_negotiation(negotiation, start, clock);
+      const runtime::CycleDecision& decision = negotiation.decision;
+      fail_decided(decision.failed);
+      if (intake.joined) add_join_zeros(decision.ready);
+      execute(decision.ready, start, negotiation.summary.fusion_threshold);
+      if (decision.all_joined) finish_join(decision.last_joined);
       if (decision.shutdown) {
         for (auto& [name, request] : pending_) negotiator_.remove_pending(name);
         fail_pending(error_status<Error>("the runtime shut down before every rank submitted this tensor"));
@@ -141,6 +76,101 @@ void Runtime::Impl::loop() {
   pipeline_.reset();
   std::lock_guard lock(mutex_);
   shutdown_requested_ = true;
+  done_cv_.notify_all();  // a join() waiting for the others learns that the runtime stopped
+}
+
+void Runtime::Impl::CycleClock::advance_deadline(std::uint64_t cycle, Clock::time_point now,
+                                                 Clock::duration timeout) {
+  starts.emplace_back(cycle, now);
+  while (!starts.empty() && starts.front().second + timeout < now) {
+    expire_before = starts.front().first + 1;
+    starts.pop_front();
+  }
+}
+
+Runtime::Impl::Intake Runtime::Impl::take_incoming(const CycleClock& clock) {
+  Intake intake;
+  {
+    std::unique_lock lock(mutex_);
+    wake_cv_.wait(lock, [&] { return shutdown_requested_ || fatal_ != nullptr || !held_back(); });
+    const bool woken = wake_cv_.wait_until(lock, clock.next, [&] {
+      return shutdown_requested_ || fatal_ != nullptr || (backing_off_ && !queue_.empty());
+    });
+    if (woken && backing_off_ && !shutdown_requested_ && fatal_ == nullptr) {
+      // A local enqueue ended the back-off. Gather the rest of its burst (a backward pass submits many gradients
+      // back to back) for one cycle period, as a cycle would, so that it travels in one cycle.
+      backing_off_ = false;
+      wake_cv_.wait_until(lock, Clock::now() + clock.period,
+                          [&] { return shutdown_requested_ || fatal_ != nullptr; });
+    }
+    if (fatal_) std::rethrow_exception(fatal_);  // a lane's communication failed
+    intake.shutting_down = shutdown_requested_;
+    intake.joined = join_requested_;
+    intake.requests.swap(queue_);
+  }
+  for (Request& request : intake.requests) {
+    negotiator_.add_pending(request.name, request.signature);
+    pending_.emplace(request.name, std::move(request));
+  }
+  intake.requests.clear();
+  return intake;
+}
+
+Runtime::Impl::Negotiation Runtime::Impl::negotiate(const Intake& intake, std::uint64_t expire_before) {
+  // One allgather of fixed-size bit vectors; two more when some rank announces new names.
+  Negotiation out;
+  const std::vector<std::byte> message =
+      negotiator_.make_message(intake.shutting_down, expire_before, fusion_threshold_.load(), intake.joined);
+  std::vector<std::byte> messages(message.size() * comm_.size());
+  comm_.allgather(message, messages);
+  out.collectives = 1;
+  out.sent = message.size();
+  out.summary = negotiator_.summarize(messages);
+  std::vector<std::vector<std::byte>> blobs;
+  if (out.summary.any_announcements) {
+    const std::vector<std::byte> announcements = negotiator_.take_announcements();
+    blobs = comm::allgather_blobs(comm_, announcements);
+    out.collectives += 2;
+    out.sent += sizeof(std::uint64_t) + announcements.size();
+  }
+  out.decision = negotiator_.decide(out.summary, blobs);
+  return out;
+}
+
+void Runtime::Impl::record_negotiation(const Negotiation& negotiation, Clock::time_point start, CycleClock& clock) {
+  const auto negotiated = Clock::now();
+  const runtime::CycleDecision& decision = negotiation.decision;
+  const bool busy = !decision.ready.empty() || !decision.failed.empty();
+  clock.quiet_cycles = negotiator_.quiet(negotiation.summary) && !busy ? clock.quiet_cycles + 1 : 0;
+  {
+    std::lock_guard lock(mutex_);
+    backing_off_ = clock.quiet_cycles > 0 && clock.backs_off;
+  }
+  {
+    std::lock_guard lock(stats_mutex_);
+    ++stats_.cycles;
+    if (busy) ++stats_.busy_cycles;
+    stats_.negotiation_collectives += negotiation.collectives;
+    stats_.negotiation_bytes += negotiation.sent;
+    stats_.negotiate_s += to_seconds(negotiated - start).count();
+  }
+  if (timeline_.active() && (negotiation.summary.any_announcements || busy)) {
+    timeline_.event("negotiate", "negotiate", 0, start, negotiated,
+                    fmt::format("{{\"cycle\":{},\"ready\":{},\"failed\":{},\"collectives\":{}}}",
+                                negotiator_.cycle() - 1, decision.ready.size(), decision.failed.size(),
+                                negotiation.collectives));
+  }
+}
+
+void Runtime::Impl::fail_decided(const std::vector<runtime::FailedTensor>& failed) {
+  for (const auto& tensor : failed) {
+    auto it = pending_.find(tensor.name);
+    if (it == pending_.end()) continue;
+    negotiator_.remove_pending(tensor.name);
+    complete(it->second, tensor.timeout ? error_status<Timeout>(tensor.message)
+                                        : error_status<InvalidArgument>(tensor.message));
+    pending_.erase(it);
+  }
 }
 
 bool Runtime::Impl::held_back() const {

@@ -270,104 +270,113 @@ BufferRecord Executor::execute(const FusionGroup& group, std::vector<Member> mem
 }
 
 BufferRecord Executor::run(Prepared& prepared, Communicator& data, algorithms::BlockPool& pool, int lane) {
-  const FusionGroup& group = prepared.group;
-  const std::vector<Member>& members = prepared.members;
   BufferRecord record = prepared.record;
   record.lane = lane;
   const int row = lane < 0 ? 1 : 3 + lane;  // timeline row: the cycle thread's, or the lane's
   LockedCompressor compressor(*prepared.compressor, *prepared.codec_mutex);
+  Packed packed = pack(prepared, pool, record, row);
+  Communicator& data_comm = prepared.on_device && options_.device_comm != nullptr ? *options_.device_comm : data;
+  reduce(packed, prepared, data_comm, compressor, record, row);
+  if (prepared.members.size() > 1) unpack(packed, prepared, record, row);
+  return record;
+}
 
+Executor::Packed Executor::pack(const Prepared& prepared, algorithms::BlockPool& pool, BufferRecord& record,
+                                int row) {
+  const FusionGroup& group = prepared.group;
+  const std::vector<Member>& members = prepared.members;
   const bool single = members.size() == 1;
   // The runtime's own codecs key state by the negotiated name (scope included); an owner's compressor by the names
   // the owner submitted, as it would outside the runtime.
   auto state_name = [](const Member& member) -> std::string_view {
     return member.compressor != nullptr ? std::string_view(member.user_name) : std::string_view(member.name);
   };
-  const std::string buffer_name =
-      single ? std::string(state_name(members[0]))
-             : fmt::format("fused[{}+{}]#{}", members[0].name, members.size() - 1, group.numel);
+  Packed packed;
+  packed.name = single ? std::string(state_name(members[0]))
+                       : fmt::format("fused[{}+{}]#{}", members[0].name, members.size() - 1, group.numel);
   const std::size_t elem = dtype_size(group.dtype);
 
-  // Copy in; every member is a segment that keeps its own error-feedback state and step, so the codec compresses it
-  // as it would alone. A group of one runs in the caller's memory (no copy). CUDA tensors are fused in device memory
-  // on the first member's stream (members on other streams are waited for first).
+  // Every member is a segment that keeps its own error-feedback state and step, so the codec compresses it as it
+  // would alone. A group of one runs in the caller's memory (no copy). CUDA tensors are fused in device memory on
+  // the first member's stream (members on other streams are waited for first).
   auto copy_start = Clock::now();
   const TensorView& first = members[0].tensor;
-  std::unique_ptr<algorithms::MemorySpace> device_space;
-  if (prepared.on_device) device_space = algorithms::cuda_space(first);
-  algorithms::MemorySpace& space = prepared.on_device ? *device_space : algorithms::host_space();
+  if (prepared.on_device) packed.device_space = algorithms::cuda_space(first);
+  packed.space = prepared.on_device ? packed.device_space.get() : &algorithms::host_space();
   // The fusion buffer comes from a pool (buffer_pool.h), so a repeated layout reuses the same block: on the host the
   // caller's (the algorithms' per-thread pool then keeps its slots for payloads), on a device the space's.
-  algorithms::Bytes fusion_buffer(0);
-  TensorView buffer = first;
+  packed.buffer = first;
   if (!single) {
-    fusion_buffer = prepared.on_device ? space.allocate(group.bytes) : algorithms::Bytes(pool, group.bytes);
-    buffer = space.view(fusion_buffer.data(), group.numel, group.dtype);
+    packed.storage = prepared.on_device ? packed.space->allocate(group.bytes) : algorithms::Bytes(pool, group.bytes);
+    packed.buffer = packed.space->view(packed.storage.data(), group.numel, group.dtype);
   }
-  std::vector<TensorSegment> segments;
-  segments.reserve(members.size());
+  packed.segments.reserve(members.size());
   for (std::size_t m = 0; m < members.size(); ++m) {
     const TensorView& t = members[m].tensor;
     if (!single) {
       if (prepared.on_device && t.stream() != first.stream()) algorithms::cuda_space(t)->synchronize();
-      space.copy(static_cast<std::byte*>(buffer.data()) + group.offsets[m] * elem, t.data(), t.bytes());
+      packed.space->copy(static_cast<std::byte*>(packed.buffer.data()) + group.offsets[m] * elem, t.data(),
+                         t.bytes());
     }
-    segments.push_back(
+    packed.segments.push_back(
         TensorSegment{state_name(members[m]), group.offsets[m], t.numel(), 0, t.numel(), t.rows(), members[m].step});
   }
   if (!single) record.copy_bytes += group.bytes;
   auto copy_end = Clock::now();
   record.copy_in_s = std::chrono::duration<double>(copy_end - copy_start).count();
   if (timeline_ && timeline_->active() && !single) timeline_->event("copy_in", "fusion", row, copy_start, copy_end);
+  return packed;
+}
 
+void Executor::reduce(Packed& packed, const Prepared& prepared, Communicator& data, Compressor& compressor,
+                      BufferRecord& record, int row) {
   AllreduceOptions options;
-  options.op = group.op;  // one op per buffer: plan_fusion never mixes ops
-  options.verify = false;  // names, sizes and specs were negotiated
+  options.op = prepared.group.op;  // one op per buffer: plan_fusion never mixes ops
+  options.verify = false;          // names, sizes and specs were negotiated
   options.algorithm = options_.algorithm;
-  options.step = segments[0].step;
-  options.segments = segments;
+  options.step = packed.segments[0].step;
+  options.segments = packed.segments;
   const auto call_start = Clock::now();
-  Communicator& data_comm = prepared.on_device && options_.device_comm != nullptr ? *options_.device_comm : data;
-  AllreduceStats stats = compressed_allreduce(data_comm, compressor, buffer, buffer_name, options);
+  AllreduceStats stats = compressed_allreduce(data, compressor, packed.buffer, packed.name, options);
+  const auto call_end = Clock::now();
   record.staged_bytes = stats.staged_bytes;
   record.allocations = stats.allocations;
-  const auto call_end = Clock::now();
   record.algorithm = std::string(algorithm_name(stats.algorithm));
   record.wire_bytes = stats.wire_bytes;
   record.compress_s = stats.compress_s;
   record.communicate_s = stats.communicate_s;
   record.decompress_s = stats.decompress_s;
-  if (timeline_ && timeline_->active()) {
-    // The collective reports per-phase durations; they are laid end to end inside the call.
-    auto at = call_start;
-    auto span = [&](const char* phase, double seconds) {
-      auto end = at + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-      timeline_->event(phase, "allreduce", row, at, std::min(end, call_end),
-                       fmt::format("{{\"buffer\":{},\"spec\":{},\"algorithm\":{},\"tensors\":{},\"bytes\":{},"
-                                   "\"wire_bytes\":{},\"lane\":{}}}",
-                                   json_string(buffer_name), json_string(record.spec), json_string(record.algorithm),
-                                   record.tensors, record.input_bytes, record.wire_bytes, lane));
-      at = std::min(end, call_end);
-    };
-    span("compress", stats.compress_s);
-    span("communicate", stats.communicate_s);
-    span("decompress", stats.decompress_s);
-  }
+  if (!timeline_ || !timeline_->active()) return;
+  // The collective reports per-phase durations; they are laid end to end inside the call.
+  auto at = call_start;
+  auto span = [&](const char* phase, double seconds) {
+    auto end = at + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+    timeline_->event(phase, "allreduce", row, at, std::min(end, call_end),
+                     fmt::format("{{\"buffer\":{},\"spec\":{},\"algorithm\":{},\"tensors\":{},\"bytes\":{},"
+                                 "\"wire_bytes\":{},\"lane\":{}}}",
+                                 json_string(packed.name), json_string(record.spec), json_string(record.algorithm),
+                                 record.tensors, record.input_bytes, record.wire_bytes, record.lane));
+    at = std::min(end, call_end);
+  };
+  span("compress", stats.compress_s);
+  span("communicate", stats.communicate_s);
+  span("decompress", stats.decompress_s);
+}
 
-  // Scatter back.
-  if (!single) {
-    auto out_start = Clock::now();
-    for (std::size_t m = 0; m < members.size(); ++m) {
-      space.copy(members[m].tensor.data(), static_cast<const std::byte*>(buffer.data()) + group.offsets[m] * elem,
-                 members[m].tensor.bytes());
-    }
-    space.synchronize();  // the members are complete when their handles are
-    record.copy_bytes += group.bytes;
-    auto out_end = Clock::now();
-    record.copy_out_s = std::chrono::duration<double>(out_end - out_start).count();
-    if (timeline_ && timeline_->active()) timeline_->event("copy_out", "fusion", row, out_start, out_end);
+void Executor::unpack(const Packed& packed, const Prepared& prepared, BufferRecord& record, int row) {
+  const FusionGroup& group = prepared.group;
+  const std::size_t elem = dtype_size(group.dtype);
+  auto out_start = Clock::now();
+  for (std::size_t m = 0; m < prepared.members.size(); ++m) {
+    const TensorView& t = prepared.members[m].tensor;
+    packed.space->copy(t.data(), static_cast<const std::byte*>(packed.buffer.data()) + group.offsets[m] * elem,
+                       t.bytes());
   }
-  return record;
+  packed.space->synchronize();  // the members are complete when their handles are
+  record.copy_bytes += group.bytes;
+  auto out_end = Clock::now();
+  record.copy_out_s = std::chrono::duration<double>(out_end - out_start).count();
+  if (timeline_ && timeline_->active()) timeline_->event("copy_out", "fusion", row, out_start, out_end);
 }
 
 }  // namespace gradcomp::runtime

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "comm/algorithms/buffer_pool.h"
+#include "comm/algorithms/memory_space.h"
 #include "gradcomp/collectives.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/compressor.h"
@@ -102,6 +103,22 @@ class Executor {
   const AutoModel& auto_model() const { return model_; }
 
  private:
+  // A group's fusion buffer on its way through run(): where it lives, its name for the codec and its segments.
+  struct Packed {
+    std::unique_ptr<algorithms::MemorySpace> device_space;  // CUDA groups: the first member's device and stream
+    algorithms::MemorySpace* space = nullptr;              // the host's or device_space
+    algorithms::Bytes storage{0};                          // the fusion buffer (empty for a group of one)
+    TensorView buffer;                                     // what the collective reduces
+    std::string name;
+    std::vector<TensorSegment> segments;
+  };
+  // The parts of run(): copy the members in (a group of one stays in the caller's memory), reduce the buffer with
+  // the group's codec (stats and timeline into `record`), copy the result back out.
+  Packed pack(const Prepared& prepared, algorithms::BlockPool& pool, BufferRecord& record, int row);
+  void reduce(Packed& packed, const Prepared& prepared, Communicator& data, Compressor& compressor,
+              BufferRecord& record, int row);
+  void unpack(const Packed& packed, const Prepared& prepared, BufferRecord& record, int row);
+
   Codec& codec_for(const std::string& spec);
   void calibrate();
   std::string choose_auto(std::size_t bytes, BufferRecord& record);

@@ -14,6 +14,7 @@ namespace {
 
 constexpr std::uint32_t kFlagAnnounce = 1u;
 constexpr std::uint32_t kFlagShutdown = 2u;
+constexpr std::uint32_t kFlagJoined = 4u;
 constexpr std::size_t kHeaderBytes = 32;  // u32 flags, u32 reserved, u64 expire_before, u64 slot count, u64 threshold
 
 void put_signature(ByteWriter& writer, const Signature& signature) {
@@ -55,7 +56,7 @@ std::string Signature::describe() const {
 }
 
 Negotiator::Negotiator(int rank, int size, std::size_t cache_capacity)
-    : rank_(rank), size_(size), capacity_(cache_capacity) {}
+    : rank_(rank), size_(size), capacity_(cache_capacity), joined_since_(static_cast<std::size_t>(size), UINT64_MAX) {}
 
 void Negotiator::add_pending(const std::string& name, const Signature& signature) {
   pending_[name] = Pending{signature, false};
@@ -66,9 +67,9 @@ void Negotiator::remove_pending(const std::string& name) { pending_.erase(name);
 std::size_t Negotiator::message_bytes() const { return kHeaderBytes + (slots_.size() + 7) / 8; }
 
 std::vector<std::byte> Negotiator::make_message(bool shutdown, std::uint64_t expire_before,
-                                               std::uint64_t fusion_threshold) const {
+                                               std::uint64_t fusion_threshold, bool joined) const {
   std::vector<std::byte> message(message_bytes(), std::byte{0});
-  std::uint32_t flags = shutdown ? kFlagShutdown : 0u;
+  std::uint32_t flags = (shutdown ? kFlagShutdown : 0u) | (joined ? kFlagJoined : 0u);
   for (const auto& [name, entry] : pending_) {
     auto it = index_.find(name);
     if (it != index_.end() && slots_[it->second].signature == entry.signature) {
@@ -93,9 +94,11 @@ CycleSummary Negotiator::summarize(std::span<const std::byte> messages) const {
   CycleSummary summary;
   summary.all_shutdown = true;
   summary.bits.resize(size_);
+  summary.joined.assign(static_cast<std::size_t>(size_), false);
   const std::size_t words = (slots_.size() + 63) / 64;
   summary.all.assign(words, ~std::uint64_t{0});
   summary.any.assign(words, 0);
+  bool any_active = false;
   for (int r = 0; r < size_; ++r) {
     const std::byte* message = messages.data() + bytes * r;
     std::uint32_t flags = 0;
@@ -109,6 +112,8 @@ CycleSummary Negotiator::summarize(std::span<const std::byte> messages) const {
                       slots_.size());
     summary.any_announcements = summary.any_announcements || (flags & kFlagAnnounce) != 0;
     summary.all_shutdown = summary.all_shutdown && (flags & kFlagShutdown) != 0;
+    summary.joined[r] = (flags & kFlagJoined) != 0;
+    any_active = any_active || !summary.joined[r];
     if (r == 0) {
       summary.expire_before = expire;
       summary.fusion_threshold = threshold;
@@ -119,10 +124,11 @@ CycleSummary Negotiator::summarize(std::span<const std::byte> messages) const {
       bits[b / 8] |= std::uint64_t{std::to_integer<std::uint8_t>(message[kHeaderBytes + b])} << (8 * (b % 8));
     }
     for (std::size_t w = 0; w < words; ++w) {
-      summary.all[w] &= bits[w];
+      if (!summary.joined[r]) summary.all[w] &= bits[w];  // a joined rank takes part in whatever the others run
       summary.any[w] |= bits[w];
     }
   }
+  if (!any_active) summary.all.assign(words, 0);
   return summary;
 }
 
@@ -172,40 +178,42 @@ void Negotiator::insert(const std::string& name, const Signature& signature) {
   index_[name] = slot;
 }
 
-CycleDecision Negotiator::decide(const CycleSummary& summary,
-                                 const std::vector<std::vector<std::byte>>& announcements) {
-  CycleDecision decision;
-  decision.shutdown = summary.all_shutdown;
-  const std::uint64_t cycle = cycle_++;
+FailedTensor Negotiator::timed_out(const std::string& name, const std::vector<int>& missing) {
+  return {name, true,
+          fmt::format("tensor '{}' was not submitted by rank(s) {} within the timeout", name, fmt::join(missing, ","))};
+}
 
-  // 1. Announcements: record them; a cached name announced with another signature loses its slot everywhere.
+std::vector<std::uint64_t> Negotiator::record_announcements(const CycleSummary& summary,
+                                                            const std::vector<std::vector<std::byte>>& announcements,
+                                                            std::uint64_t cycle) {
   std::vector<std::uint64_t> evicted((slots_.size() + 63) / 64, 0);  // packed like the summary's bits
-  if (summary.any_announcements) {
-    GRADCOMP_CHECK_AS(CommError, announcements.size() == static_cast<std::size_t>(size_),
-                      "negotiation on rank {}: {} announcement blobs for {} ranks", rank_, announcements.size(),
-                      size_);
-    for (int r = 0; r < size_; ++r) {
-      ByteReader reader(announcements[r], fmt::format("announcements of rank {}", r));
-      const auto count = reader.get<std::uint64_t>();
-      for (std::uint64_t i = 0; i < count; ++i) {
-        std::string name = reader.get_string();
-        Signature signature = get_signature(reader);
-        auto it = index_.find(name);
-        if (it != index_.end()) {
-          evicted[it->second / 64] |= std::uint64_t{1} << (it->second % 64);
-          evict(name);
-        }
-        Announced& entry = table_[name];
-        if (entry.by_rank.empty()) {
-          entry.by_rank.resize(size_);
-          entry.first_cycle = cycle;
-        }
-        entry.by_rank[r] = std::move(signature);
+  if (!summary.any_announcements) return evicted;
+  GRADCOMP_CHECK_AS(CommError, announcements.size() == static_cast<std::size_t>(size_),
+                    "negotiation on rank {}: {} announcement blobs for {} ranks", rank_, announcements.size(), size_);
+  for (int r = 0; r < size_; ++r) {
+    ByteReader reader(announcements[r], fmt::format("announcements of rank {}", r));
+    const auto count = reader.get<std::uint64_t>();
+    for (std::uint64_t i = 0; i < count; ++i) {
+      std::string name = reader.get_string();
+      Signature signature = get_signature(reader);
+      auto it = index_.find(name);
+      if (it != index_.end()) {  // a cached name announced with another signature loses its slot everywhere
+        evicted[it->second / 64] |= std::uint64_t{1} << (it->second % 64);
+        evict(name);
       }
+      Announced& entry = table_[name];
+      if (entry.by_rank.empty()) {
+        entry.by_rank.resize(size_);
+        entry.first_cycle = cycle;
+      }
+      entry.by_rank[r] = std::move(signature);
     }
   }
+  return evicted;
+}
 
-  // 2. Cached slots that every rank marked, in slot order; slots some ranks marked wait, up to the deadline.
+void Negotiator::decide_cached(const CycleSummary& summary, const std::vector<std::uint64_t>& evicted,
+                               std::uint64_t cycle, CycleDecision& decision) {
   partial_.resize(summary.all.size(), 0);
   for (std::size_t w = 0; w < summary.all.size(); ++w) {
     const std::uint64_t live = ~evicted[w];
@@ -225,56 +233,85 @@ CycleDecision Negotiator::decide(const CycleSummary& summary,
       } else if (slots_[s].partial_since < summary.expire_before) {
         std::vector<int> missing;
         for (int r = 0; r < size_; ++r) {
-          if (((summary.bits[r][w] >> (s % 64)) & 1u) == 0) missing.push_back(r);
+          if (!summary.joined[r] && ((summary.bits[r][w] >> (s % 64)) & 1u) == 0) missing.push_back(r);
         }
-        decision.failed.push_back({slots_[s].name, true,
-                                   fmt::format("tensor '{}' was not submitted by rank(s) {} within the timeout",
-                                               slots_[s].name, fmt::join(missing, ","))});
+        decision.failed.push_back(timed_out(slots_[s].name, missing));
         slots_[s].partial_since = UINT64_MAX;
         return;
       }
       partial_[w] |= std::uint64_t{1} << (s % 64);
     });
   }
+}
 
-  // 3. Announced names: complete when every rank announced; expired when rank 0's deadline passed.
+void Negotiator::decide_announced(const CycleSummary& summary, CycleDecision& decision) {
+  // Complete when every rank not joined announced the name; expired when rank 0's deadline passed first.
   std::vector<std::pair<std::uint64_t, std::string>> complete;
   for (auto& [name, entry] : table_) {
-    const bool all = std::all_of(entry.by_rank.begin(), entry.by_rank.end(), [](auto& s) { return s.has_value(); });
-    if (all) {
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      if (!entry.by_rank[r] && !summary.joined[r]) missing.push_back(r);
+    }
+    if (missing.empty()) {
       complete.emplace_back(entry.first_cycle, name);
     } else if (entry.first_cycle < summary.expire_before) {
-      std::vector<int> missing;
-      for (int r = 0; r < size_; ++r) {
-        if (!entry.by_rank[r]) missing.push_back(r);
-      }
-      decision.failed.push_back(
-          {name, true, fmt::format("tensor '{}' was not submitted by rank(s) {} within the timeout", name,
-                                   fmt::join(missing, ","))});
+      decision.failed.push_back(timed_out(name, missing));
     }
   }
   std::sort(complete.begin(), complete.end());
   for (auto& [first, name] : complete) {
+    // The ranks that announced it (a joined rank takes the others' signature) must have announced it alike.
     const Announced& entry = table_[name];
-    int other = -1;
-    for (int r = 1; r < size_; ++r) {
-      if (!(*entry.by_rank[r] == *entry.by_rank[0])) {
+    int reference = -1, other = -1;
+    for (int r = 0; r < size_ && other < 0; ++r) {
+      if (!entry.by_rank[r]) continue;
+      if (reference < 0) {
+        reference = r;
+      } else if (!(*entry.by_rank[r] == *entry.by_rank[reference])) {
         other = r;
-        break;
       }
     }
     if (other < 0) {
-      decision.ready.push_back({name, *entry.by_rank[0]});
-      insert(name, *entry.by_rank[0]);
+      decision.ready.push_back({name, *entry.by_rank[reference]});
+      insert(name, *entry.by_rank[reference]);
     } else {
       decision.failed.push_back(
           {name, false,
-           fmt::format("tensor '{}' was submitted differently across ranks: rank 0 has {}, rank {} has {}", name,
-                       entry.by_rank[0]->describe(), other, entry.by_rank[other]->describe())});
+           fmt::format("tensor '{}' was submitted differently across ranks: rank {} has {}, rank {} has {}", name,
+                       reference, entry.by_rank[reference]->describe(), other, entry.by_rank[other]->describe())});
     }
   }
+}
+
+void Negotiator::decide_join(const CycleSummary& summary, std::uint64_t cycle, CycleDecision& decision) {
+  bool all = true;
+  for (int r = 0; r < size_; ++r) {
+    if (!summary.joined[r]) {
+      joined_since_[r] = UINT64_MAX;
+      all = false;
+    } else if (joined_since_[r] == UINT64_MAX) {
+      joined_since_[r] = cycle;
+    }
+  }
+  if (!all) return;
+  decision.all_joined = true;
+  for (int r = 0; r < size_; ++r) {
+    if (decision.last_joined < 0 || joined_since_[r] >= joined_since_[decision.last_joined]) decision.last_joined = r;
+  }
+  joined_since_.assign(static_cast<std::size_t>(size_), UINT64_MAX);
+}
+
+CycleDecision Negotiator::decide(const CycleSummary& summary,
+                                 const std::vector<std::vector<std::byte>>& announcements) {
+  CycleDecision decision;
+  decision.shutdown = summary.all_shutdown;
+  const std::uint64_t cycle = cycle_++;
+  const std::vector<std::uint64_t> evicted = record_announcements(summary, announcements, cycle);
+  decide_cached(summary, evicted, cycle, decision);
+  decide_announced(summary, decision);
   for (auto& failed : decision.failed) table_.erase(failed.name);
   for (auto& ready : decision.ready) table_.erase(ready.name);
+  decide_join(summary, cycle, decision);
   return decision;
 }
 

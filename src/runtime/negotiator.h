@@ -14,6 +14,11 @@
 // - Rank 0's message also carries the fusion threshold of the cycle, so a threshold changed at run time (on rank 0)
 //   changes every rank's grouping at the same cycle.
 // - Shutdown: each message carries the rank's shutdown request; when all ranks request it the runtime stops.
+// - Join (Horovod's): a rank with no more tensors sets the joined flag of its message. A joined rank counts as
+//   having marked every cache slot and announced every name with the others' signature, so the others' tensors run
+//   without it submitting them (the runtime fills zeros of the negotiated size on its side). When every rank's
+//   message carries the flag, the decision says so and names the rank that joined last. Until a rank joins, this
+//   costs nothing: the flag is a bit of the header every cycle already sends.
 #pragma once
 
 #include <cstddef>
@@ -58,6 +63,8 @@ struct CycleDecision {
   std::vector<ReadyTensor> ready;    // execute in this order on every rank
   std::vector<FailedTensor> failed;  // complete these (where pending locally) with an error
   bool shutdown = false;             // every rank asked to stop
+  bool all_joined = false;           // every rank's message carried the joined flag (join() completes)
+  int last_joined = -1;              // when all_joined: the rank that joined last (of several in a cycle, the highest)
 };
 
 // Flags gathered from every rank's message. Cache bits are packed 64 slots to a word (slot s: bit s % 64 of word
@@ -65,10 +72,12 @@ struct CycleDecision {
 struct CycleSummary {
   bool any_announcements = false;
   bool all_shutdown = false;
+  std::vector<bool> joined;             // per rank: its message carried the joined flag
   std::uint64_t expire_before = 0;      // rank 0's
   std::uint64_t fusion_threshold = 0;   // rank 0's: every rank fuses with the same threshold in a cycle
   std::vector<std::vector<std::uint64_t>> bits;  // per rank: its cache bits
-  std::vector<std::uint64_t> all, any;           // the ranks' bits ANDed (ready everywhere) and ORed
+  std::vector<std::uint64_t> all, any;  // the bits of the ranks not joined ANDed (ready everywhere; 0 when every
+                                        // rank is joined) and every rank's ORed
 };
 
 class Negotiator {
@@ -81,9 +90,9 @@ class Negotiator {
   bool is_pending(const std::string& name) const { return pending_.count(name) != 0; }
 
   // Bytes of this cycle's fixed-size message (equal size on every rank). `expire_before` and `fusion_threshold` are
-  // only read from rank 0.
-  std::vector<std::byte> make_message(bool shutdown, std::uint64_t expire_before,
-                                      std::uint64_t fusion_threshold = 0) const;
+  // only read from rank 0; `joined`: this rank is in join().
+  std::vector<std::byte> make_message(bool shutdown, std::uint64_t expire_before, std::uint64_t fusion_threshold = 0,
+                                      bool joined = false) const;
   // Parses the allgathered messages (size() blocks of message_bytes()).
   CycleSummary summarize(std::span<const std::byte> messages) const;
   std::size_t message_bytes() const;
@@ -117,6 +126,17 @@ class Negotiator {
 
   void evict(const std::string& name);
   void insert(const std::string& name, const Signature& signature);
+  // The parts of decide(): record the announcements (returns the evicted slots, packed like the summary's bits),
+  // run or time out the cached slots, run or fail the names every rank not joined announced, track the joins.
+  std::vector<std::uint64_t> record_announcements(const CycleSummary& summary,
+                                                  const std::vector<std::vector<std::byte>>& announcements,
+                                                  std::uint64_t cycle);
+  void decide_cached(const CycleSummary& summary, const std::vector<std::uint64_t>& evicted, std::uint64_t cycle,
+                     CycleDecision& decision);
+  void decide_announced(const CycleSummary& summary, CycleDecision& decision);
+  void decide_join(const CycleSummary& summary, std::uint64_t cycle, CycleDecision& decision);
+  // "tensor 'name' was not submitted by rank(s) ... within the timeout", `missing` the ranks without it.
+  static FailedTensor timed_out(const std::string& name, const std::vector<int>& missing);
 
   // Cache slots some but not all ranks marked (Slot::partial_since is set), packed like CycleSummary::bits.
   std::vector<std::uint64_t> partial_;
@@ -128,6 +148,8 @@ class Negotiator {
   std::vector<Slot> slots_;
   std::map<std::string, std::size_t> index_;
   std::map<std::string, Announced> table_;
+  std::vector<std::uint64_t> joined_since_;  // per rank: the first cycle its message carried the joined flag, or
+                                             // UINT64_MAX
 };
 
 }  // namespace gradcomp::runtime

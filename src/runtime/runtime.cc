@@ -299,6 +299,7 @@ void Runtime::allreduce_async(std::string_view name, const TensorView& tensor, c
 void Runtime::wait(Handle handle) { impl_->wait(handle); }
 bool Runtime::poll(Handle handle) const { return impl_->poll(handle); }
 void Runtime::synchronize() { impl_->synchronize(); }
+int Runtime::join() { return impl_->join(); }
 void Runtime::start_timeline(const std::string& path) { impl_->start_timeline(path, impl_->rank()); }
 void Runtime::stop_timeline() { impl_->stop_timeline(); }
 void Runtime::shutdown() { impl_->shutdown(); }

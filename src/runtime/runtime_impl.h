@@ -57,6 +57,8 @@ class Runtime::Impl {
   std::vector<float> residual(std::string_view name) const { return executor_.residual(std::string(name)); }
   std::vector<std::byte> save_state() const;
   void load_state(std::span<const std::byte> state);
+  // Runtime::join() (join.cc).
+  int join();
   void set_fusion_threshold(std::size_t bytes) { fusion_threshold_.store(bytes); }
   std::size_t fusion_threshold() const { return fusion_threshold_.load(); }
 
@@ -85,8 +87,46 @@ class Runtime::Impl {
   }
 
   void fail_pending(const Status& status);
+
+  // The background thread's timing: the cycle period, the idle back-off and rank 0's deadline bookkeeping.
+  struct CycleClock {
+    explicit CycleClock(const RuntimeOptions& options);
+    // A cycle starts at `now`: the next one is due a period later, or later still while every rank is idle.
+    void start(runtime::Clock::time_point now);
+    // Rank 0: cycles that started more than `timeout` ago expire (expire_before).
+    void advance_deadline(std::uint64_t cycle, runtime::Clock::time_point now, runtime::Clock::duration timeout);
+    runtime::Clock::duration period, idle_max, idle_base;
+    bool backs_off;
+    runtime::Clock::time_point next;
+    unsigned quiet_cycles = 0;  // consecutive cycles in which no rank had anything pending (same on every rank)
+    std::deque<std::pair<std::uint64_t, runtime::Clock::time_point>> starts;
+    std::uint64_t expire_before = 0;
+  };
+  // What a cycle starts from: this rank's flags, and its new requests (already moved into pending_).
+  struct Intake {
+    bool shutting_down = false;
+    bool joined = false;
+    std::deque<Request> requests;
+  };
+  // One cycle's negotiation: the gathered summary, the decision, and what it cost.
+  struct Negotiation {
+    runtime::CycleSummary summary;
+    runtime::CycleDecision decision;
+    std::uint64_t collectives = 0;
+    std::size_t sent = 0;
+  };
   // The background thread: one negotiation cycle after another until shutdown (cycle.cc).
   void loop();
+  // The parts of a cycle (cycle.cc): wait for the cycle's time (or a wake-up) and take the queue; negotiate; count
+  // it (stats, timeline, idle back-off); complete the tensors the negotiation failed.
+  Intake take_incoming(const CycleClock& clock);
+  Negotiation negotiate(const Intake& intake, std::uint64_t expire_before);
+  void record_negotiation(const Negotiation& negotiation, runtime::Clock::time_point start, CycleClock& clock);
+  void fail_decided(const std::vector<runtime::FailedTensor>& failed);
+  // On a joined rank (join.cc): a request of zeros for every ready tensor this rank did not submit, so that it takes
+  // part in the others' collectives; finish_join() ends join() on this rank with the rank that joined last.
+  void add_join_zeros(const std::vector<runtime::ReadyTensor>& ready);
+  void finish_join(int last_joined);
   // Runs the fusion groups of the tensors every rank has ready (cycle.cc): on this thread, or handed to the
   // pipeline's lanes.
   void execute(const std::vector<runtime::ReadyTensor>& ready, runtime::Clock::time_point cycle_start,
@@ -127,6 +167,8 @@ class Runtime::Impl {
   std::uint64_t next_id_ = 0;
   std::uint64_t in_flight_ = 0;
   bool shutdown_requested_ = false;
+  bool join_requested_ = false;       // (mutex_) this rank is in join(): its negotiation messages say so
+  std::optional<int> join_result_;    // (mutex_) set when every rank joined: the rank that joined last
   std::map<std::string, runtime::Executor::ResidualShape> loaded_;  // loaded residuals not yet submitted
   std::exception_ptr fatal_;
 

@@ -107,6 +107,21 @@ TEST(CompressedAllreduce, DenseRejectsNonSummableCodecs) {
   }
 }
 
+// Every rank failed with InvalidArgument whose message holds every needle.
+void expect_invalid_everywhere(const std::vector<std::exception_ptr>& errors, const std::vector<std::string>& needles) {
+  for (std::size_t r = 0; r < errors.size(); ++r) {
+    ASSERT_TRUE(errors[r]) << "rank " << r << " did not fail";
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const InvalidArgument& e) {
+      const std::string what = e.what();
+      for (const std::string& needle : needles) EXPECT_NE(what.find(needle), std::string::npos) << what;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << r << " threw something else: " << e.what();
+    }
+  }
+}
+
 // A mismatch raises InvalidArgument on every rank, naming both sides.
 void expect_mismatch(const std::function<void(Communicator&, std::vector<float>&, std::string&, std::string&)>& tweak,
                      const std::string& needle_a, const std::string& needle_b) {
@@ -117,19 +132,7 @@ void expect_mismatch(const std::function<void(Communicator&, std::vector<float>&
     auto codec = make_compressor(spec);
     compressed_allreduce(comm, *codec, TensorView::of(std::span(x)), name);
   });
-  for (int r = 0; r < 3; ++r) {
-    ASSERT_TRUE(errors[r]) << "rank " << r << " did not fail";
-    try {
-      std::rethrow_exception(errors[r]);
-    } catch (const InvalidArgument& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find(needle_a), std::string::npos) << what;
-      EXPECT_NE(what.find(needle_b), std::string::npos) << what;
-      EXPECT_NE(what.find("rank 2"), std::string::npos) << what;
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "rank " << r << " threw something else: " << e.what();
-    }
-  }
+  expect_invalid_everywhere(errors, {needle_a, needle_b, "rank 2"});
 }
 
 TEST(CompressedAllreduce, MismatchedNameNumelOrSpecRaisesEverywhere) {
@@ -139,6 +142,22 @@ TEST(CompressedAllreduce, MismatchedNameNumelOrSpecRaisesEverywhere) {
                   "numel=100", "numel=99");
   expect_mismatch([](Communicator& c, auto&, auto&, std::string& spec) { if (c.rank() == 2) spec = "none:nonfinite=skip"; },
                   "nonfinite=raise", "nonfinite=skip");
+}
+
+TEST(CompressedAllreduce, MismatchedSegmentsRaiseEverywhere) {
+  // Same buffer, name and codec, but rank 2 cuts it into other tensors: the check compares the segments too.
+  auto errors = run_ranks_collect(3, [&](Communicator& comm) {
+    std::vector<float> x(100, 1.0f);
+    const std::size_t cut = comm.rank() == 2 ? 70 : 30;
+    std::vector<TensorSegment> segments = {{.name = "a", .offset = 0, .numel = cut},
+                                           {.name = "b", .offset = cut, .numel = 100 - cut}};
+    AllreduceOptions options;
+    options.segments = segments;
+    auto codec = make_compressor("topk:ratio=0.5");
+    compressed_allreduce(comm, *codec, TensorView::of(std::span(x)), "bucket", options);
+  });
+  expect_invalid_everywhere(
+      errors, {"name='bucket'", "segments=[a:30, b:70]", "rank 2 has", "segments=[a:70, b:30]"});
 }
 
 TEST(CompressedAllreduce, DeadRankMakesTheOthersFailWithinTheTimeout) {

@@ -260,6 +260,50 @@ def check_join_optimizer(rank, size):
         hvd.barrier()
 
 
+def check_join_cost(rank, size):
+    """What join support costs a step while no rank is joined, in control rounds (join_protocol.rounds): none for a
+    DistributedOptimizer step on the runtime backend (the fusion runtime's negotiation carries the joined flag), one
+    per step on the mpi and torch backends (no controller: a joined rank learns the next collective from it), one per
+    global-set allreduce everywhere."""
+    from gradcomp.torch import join_protocol
+    model = _join_model()
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                   named_parameters=model.named_parameters(), compression=hvd.Compression.fp16)
+    before = join_protocol.rounds
+    for step in range(5):
+        x, y = _join_batch(step, rank)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    per_step = (join_protocol.rounds - before) / 5
+    expected = 0 if hvd.backend() == "runtime" else 1
+    assert per_step == expected, f"{hvd.backend()} backend: {per_step} control rounds per step, expected {expected}"
+    before = join_protocol.rounds
+    hvd.allreduce(_x(rank), name="join_cost")
+    assert join_protocol.rounds - before == 1, "a global-set allreduce runs one control round"
+
+
+def _expect_disagreement(fn, needles, what):
+    try:
+        fn()
+    except gradcomp.InvalidArgument as e:
+        text = str(e)
+        for needle in needles:
+            assert needle in text, f"{what} on the {hvd.backend()} backend: {needle!r} not in: {text}"
+        return
+    raise AssertionError(f"{what} on the {hvd.backend()} backend: a shape mismatch across ranks was not refused")
+
+
+def check_shape_mismatch(rank, size):
+    """A shape mismatch across ranks in a global-set allreduce is refused on every rank by the control round, naming
+    the tensor and the ranks of both sides (a gradient's: runtime_test's negotiation, allreduce_local_test's
+    compressed_allreduce check, test_hook_agreement's exchange worker check)."""
+    numel = 12 if rank == 0 else 10
+    _expect_disagreement(lambda: hvd.allreduce(torch.ones(numel), name="shape.probe"),
+                         ["'shape.probe'", "rank 0 has", "[12]", "[10]", "rank 1 has"], "allreduce")
+    hvd.barrier()
+
+
 # Registered by init(process_sets=[INIT_SET]) (Horovod's argument) in both launchers of these checks (a set of every
 # rank would duplicate the global set, and check_process_sets adds the even ranks).
 _WORLD = int(os.environ.get("OMPI_COMM_WORLD_SIZE") or os.environ.get("WORLD_SIZE") or 2)
@@ -384,8 +428,8 @@ def check_topology(rank, size):
 def run_all():
     rank, size = hvd.rank(), hvd.size()
     torch.set_num_threads(1)
-    for check in (check_allreduce, check_gathers, check_objects, check_join, check_join_optimizer,
-                  check_init_process_sets, check_process_sets, check_topology):
+    for check in (check_allreduce, check_gathers, check_objects, check_join, check_join_optimizer, check_join_cost,
+                  check_init_process_sets, check_process_sets, check_topology, check_shape_mismatch):
         check(rank, size)
         hvd.barrier()
     return True

@@ -8,7 +8,8 @@ table and synchronize() are Horovod's. allreduce is an autograd Function (the gr
 allreduce of the gradient, as in Horovod).
 
 join(): every allreduce on the global process set and every DistributedOptimizer step is preceded by a small control
-allgather (join_protocol.py: what is reduced, or which optimizer steps, or "joined"), so joined ranks serve the
+allgather (join_protocol.py: what is reduced, or which optimizer steps, or "joined"; on the runtime backend the
+optimizer's steps need none: the fusion runtime negotiates the join), so joined ranks serve the
 others' allreduces and optimizer steps with zeros (an Average still divides by the world size, as in Horovod) until
 every rank has joined. join() returns the rank that joined last (of several joining in the same round, the
 highest)."""
@@ -76,9 +77,11 @@ def synchronize(handle):
 
 
 # ---- join ----
-def _announce(t, op):
+def _announce(t, op, name):
     if _ctx.size > 1:
-        _join.check_agreement(_join.control([_join.ALLREDUCE, _DTYPES.index(t.dtype), t.numel(), _OPS.index(op), 0]))
+        row = [_join.ALLREDUCE, _DTYPES.index(t.dtype), t.numel(), _OPS.index(op), 0]
+        _join.check_agreement(_join.control(row), f"an allreduce of '{name or 'allreduce'}' "
+                                                  f"({str(t.dtype).replace('torch.', '')}[{t.numel()}], op {op})")
 
 
 def join(device=-1):
@@ -87,15 +90,17 @@ def join(device=-1):
     _require_init()
     if _ctx.size == 1:
         return 0
+    runtime_join = _join.RuntimeJoin()  # runtime backend: the optimizers' steps, negotiated by the fusion runtime
     before = set()
     while True:
         rows = _join.control([_join.JOINED, 0, 0, 0, 0])
         joined = {r for r in range(_ctx.size) if int(rows[r, 0]) == _join.JOINED}
         if len(joined) == _ctx.size:
+            runtime_join.wait()
             new = joined - before
             return max(new) if new else _ctx.size - 1
         before = joined
-        desc = _join.check_agreement(rows)[0]
+        desc = _join.check_agreement(rows, "join()")[0]
         if int(desc[0]) == _join.STEP:
             _join.replay_step(desc)
             continue
@@ -141,7 +146,7 @@ def _allreduce_impl(tensor, op, prescale, postscale, process_set, name=None):
         adasum_allreduce_(out, process_set=None if ps is global_process_set else ps)
         return _scale(out, postscale)
     if ps is global_process_set:
-        _announce(t, op)
+        _announce(t, op, name)
     return _reduce(t, op, prescale, postscale, ps)
 
 

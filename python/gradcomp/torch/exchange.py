@@ -16,7 +16,6 @@ rank either way.
 import atexit
 import contextlib
 import datetime
-import hashlib
 import os
 import threading
 
@@ -321,14 +320,14 @@ def _on_producer(tensor, producer):
 
 
 def exchange_layout(compressor, tensor, name, op, parts, hierarchical):
-    """(scope, 16-byte fingerprint, description) of what this rank is about to exchange, for the worker's agreement
-    check (python/src/agreement.h)."""
+    """(scope, description) of what this rank is about to exchange, for the worker's agreement check
+    (python/src/agreement.h: gradcomp::check_agreement, the one every entry uses)."""
     kind = "python" if compressor.is_python else "c++"
     dtype = str(tensor.dtype).replace("torch.", "")
     segs = ", ".join(f"{s[0]}:{s[2]}" + (f"/{s[3]}rows" if len(s) > 3 and s[3] else "") for s in parts)
     description = (f"name='{name}' codec={kind} spec='{compressor.spec}' dtype={dtype} numel={tensor.numel()} "
                    f"op={op}{' hierarchical' if hierarchical else ''} segments=[{segs}]")
-    return compressor.agreement_scope, hashlib.blake2b(description.encode(), digest_size=16).digest(), description
+    return compressor.agreement_scope, description
 
 
 def _python_codec_allreduce(comm, codec, tensor, parts, op, result):

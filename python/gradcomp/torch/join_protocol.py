@@ -7,8 +7,13 @@ A row is int64[5]: (kind, a, b, c, d)
     ALLREDUCE  (1, dtype index, numel, op index, 0)          an allreduce of gradcomp.torch's functions
     STEP       (2, optimizer key, parameter count, 0, step)  a DistributedOptimizer's step; the key is a CRC-32 of
                                                              its parameter names in order (the same on every rank)
-Ranks that are not joined must agree on (kind, a, b, c) (InvalidArgument on every rank otherwise); d is the step
-counter, which a joined rank takes over."""
+Ranks that are not joined must agree on (kind, a, b, c) (InvalidArgument on every rank otherwise, naming the tensor
+and the ranks of both sides); d is the step counter, which a joined rank takes over.
+
+On the runtime backend a DistributedOptimizer's step (global set, C++ codec) has no control round: its gradients go
+through the fusion runtime, whose negotiation carries the joined flag (Runtime::join, docs/runtime.md), so join()
+runs the runtime's join beside this protocol's rounds (which then serve the plain allreduces alone)."""
+import threading
 import weakref
 import zlib
 
@@ -16,30 +21,45 @@ import torch
 
 from .._compressors import InvalidArgument
 from .context import _ctx
+from .errors import _internal_errors
 from . import comm_ops as _ops
 
 JOINED, ALLREDUCE, STEP = 0, 1, 2
 _KINDS = {JOINED: "join()", ALLREDUCE: "an allreduce", STEP: "a DistributedOptimizer step"}
 
 _participants = []  # weak references to the global-set DistributedOptimizers, in creation order
+rounds = 0  # control rounds this process has run (the cost of join support; tests count it per step)
 
 
 def control(row):
     """One control round of the global set: every rank's row, (size, 5) int64 in rank order. On the torch backend it
     runs on a gloo group of its own (init(): _ctx.control_comm), never between the exchange worker's collectives on
     the default group."""
+    global rounds
+    rounds += 1
     return _ops.allgather_fixed(torch.tensor(row, dtype=torch.int64), _ctx.control_comm)
 
 
-def check_agreement(rows):
-    """The rows of the ranks that are not joined must be equal; returns those rows (InvalidArgument otherwise, on
-    every rank: each sees the same rows)."""
-    active = rows[rows[:, 0] != JOINED]
-    if len(active) and not bool((active[:, :4] == active[0, :4]).all()):
-        said = "; ".join(f"rank {r}: {_KINDS.get(int(row[0]), '?')} {row[1:4].tolist()}"
-                         for r, row in enumerate(rows) if int(row[0]) != JOINED)
-        raise InvalidArgument(f"join protocol: ranks disagree on the next collective ({said})")
-    return active
+def check_agreement(rows, description):
+    """The rows of the ranks that are not joined must be equal; returns those rows. Otherwise every rank (each sees
+    the same rows) exchanges its `description` (what it is about to do, naming the tensor) and raises InvalidArgument
+    naming both sides and their ranks, as gradcomp::check_agreement does."""
+    active = [r for r in range(len(rows)) if int(rows[r, 0]) != JOINED]
+    other = next((r for r in active if not bool((rows[r, :4] == rows[active[0], :4]).all())), None)
+    if other is None:
+        return rows[rows[:, 0] != JOINED]
+    said = _descriptions(description)
+    raise InvalidArgument(f"gradcomp.torch: ranks disagree on the next global-set collective (seen on rank "
+                          f"{_ctx.rank} of {_ctx.size}): rank {active[0]} has {said[active[0]]}, but rank {other} has "
+                          f"{said[other]}")
+
+
+def _descriptions(mine):
+    """Every rank's description, on the control round's channel (only after a mismatch, which every rank sees)."""
+    gathered, sizes = _ops.allgatherv(torch.frombuffer(bytearray(mine.encode()), dtype=torch.uint8),
+                                      _ctx.control_comm, "join protocol")
+    ends = torch.tensor(sizes).cumsum(0).tolist()
+    return [gathered[end - size:end].numpy().tobytes().decode() for end, size in zip(ends, sizes)]
 
 
 def optimizer_key(names):
@@ -58,8 +78,40 @@ def announce_step(key, count, step):
     """Before the exchange of step `step` of the optimizer `key` with `count` parameters: True when some rank is
     joined (the step's exchange must then take the order a joined rank can replay: every parameter, in order)."""
     rows = control([STEP, key, count, 0, step])
-    check_agreement(rows)
+    check_agreement(rows, f"a DistributedOptimizer step ({count} parameters, parameter-name key {key})")
     return bool((rows[:, 0] == JOINED).any())
+
+
+def negotiated(compressor):
+    """True when a global-set DistributedOptimizer with `compressor` needs no STEP rounds: the runtime backend's fusion
+    runtime negotiates its tensors, and a joined rank serves them from Runtime.join()."""
+    return _ctx.runtime is not None and not getattr(compressor, "is_python", True)
+
+
+class RuntimeJoin:
+    """Runtime.join() of the runtime backend on a thread of its own (it blocks until every rank joined, with the GIL
+    released), beside join()'s control rounds; a no-op on the other backends."""
+
+    def __init__(self):
+        self._error = None
+        self._thread = None
+        if _ctx.runtime is not None:
+            self._thread = threading.Thread(target=self._run, name="gradcomp-join", daemon=True)
+            self._thread.start()
+
+    def _run(self):
+        try:
+            _ctx.runtime.join()
+        except BaseException as e:  # reported by wait(), on the caller's thread
+            self._error = e
+
+    def wait(self):
+        if self._thread is None:
+            return
+        with _internal_errors():
+            self._thread.join()
+            if self._error is not None:
+                raise self._error
 
 
 def replay_step(row):

@@ -21,7 +21,8 @@ Horovod's options (horovod.torch 0.28.1 semantics):
 - ``compression=``: a gradcomp spec (``Compression.topk(0.01)``, ``"qsgd:bits=4"``), ``Compression.none`` /
   ``Compression.fp16`` (Horovod compressor objects that keep the C++ codecs), or any Horovod-style compressor class
   or object (``compress(tensor) -> (tensor, ctx)``, ``decompress(tensor, ctx)``), used as is;
-- ``hvd.join()`` (uneven data): each step's exchange (global set, not Adasum) is preceded by a control allgather
+- ``hvd.join()`` (uneven data): on the runtime backend the fusion runtime's negotiation serves a joined rank (no
+  extra round); elsewhere each step's exchange (global set, not Adasum) is preceded by a control allgather
   (join_protocol.py); while some rank is joined, the step's gradients are exchanged in parameter order from
   synchronize() (no overlap with backward; a parameter without a gradient sends zeros, as Horovod's synchronize
   does; sparse gradients densified), and each joined rank takes part with zero gradients (_join_replay).
@@ -130,7 +131,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._grad_accs = []
         self._step_mode = None  # this step's exchange: None (not begun), "overlap", or "ordered" (a rank is joined)
         self._join_key = None  # (CRC of the parameter names, their count) once, not per step
-        if self._process_set is None and op != Adasum and _ctx.size > 1:
+        if self._process_set is None and op != Adasum and _ctx.size > 1 and not _join.negotiated(self._compressor):
             names = [self._names[id(p)] for p in self._params_in_order()]
             self._join_key = (_join.optimizer_key(names), len(names))
             _join.register(self)
