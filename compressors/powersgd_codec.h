@@ -59,6 +59,8 @@ struct Block {
   std::string name;
   std::size_t offset = 0;  // in the call's tensor
   std::size_t numel = 0;
+  std::size_t start = 0, total = 0;     // the segment's place in its tensor (a chunk of a vector)
+  std::uint64_t step = kStepOfCall;     // the segment's own step (the non-finite message names it)
   std::size_t rows = 0, cols = 0;
   std::size_t rank = 0;     // 0: uncompressed (its values ride in the first round)
   bool skipped = false;     // nonfinite=skip found NaN/Inf: contributes zeros, state untouched
