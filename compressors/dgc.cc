@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "compressors/error_feedback.h"
+#include "compressors/sparse_checks.h"
 #include "compressors/sparse_payload.h"
 #include "gradcomp/error.h"
 #include "kernels/cpu_parallel.h"
@@ -21,7 +22,7 @@
 namespace gradcomp {
 namespace {
 
-constexpr std::size_t kMaxIndexable = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
+using sparse::kMaxIndexable;
 // Below this many sample positions the threshold estimate is too noisy to be worth it: select exactly instead.
 constexpr std::size_t kMinSample = 1024;
 constexpr double kTolerance = 0.3;  // accept the sampled threshold when the count is within +-30% of k
@@ -216,8 +217,7 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
   }
 
   void validate(const payload::View& view, std::size_t numel) const override {
-    GRADCOMP_CHECK_AS(CorruptPayload, view.header.param0 == static_cast<std::uint32_t>(sparse::ValueType::kF32),
-                      "corrupt dgc payload: value type {} (dgc sends f32 values, type 0)", view.header.param0);
+    sparse::check_dgc_value_type(view.header);
     sparse::validate_index_value(view, "dgc", numel);
   }
 

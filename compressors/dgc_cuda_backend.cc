@@ -12,6 +12,7 @@
 #include "compressors/cuda_codec.h"
 #include "compressors/dgc.h"
 #include "compressors/sparse_cuda_backend.h"
+#include "compressors/sparse_checks.h"
 #include "compressors/sparse_payload.h"
 #include "gradcomp/error.h"
 #include "kernels/cuda_check.h"
@@ -21,7 +22,7 @@
 namespace gradcomp {
 namespace {
 
-constexpr std::size_t kMaxIndexable = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
+using sparse::kMaxIndexable;
 
 using sparse::index_value_header;
 
@@ -136,9 +137,7 @@ class DgcCudaCodec final : public CudaCodec {
   }
 
   bool validate(const CudaDecodeArgs& args) override {
-    GRADCOMP_CHECK_AS(CorruptPayload,
-                      args.view->header.param0 == static_cast<std::uint32_t>(sparse::ValueType::kF32),
-                      "corrupt dgc payload: value type {} (dgc sends f32 values, type 0)", args.view->header.param0);
+    sparse::check_dgc_value_type(args.view->header);
     return validate_index_value_cuda(args, "dgc");
   }
   void checked(const CudaDecodeArgs& args, int flag, std::uint64_t) const override {

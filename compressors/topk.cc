@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "compressors/error_feedback.h"
+#include "compressors/sparse_checks.h"
 #include "compressors/sparse_payload.h"
 #include "gradcomp/error.h"
 #include "kernels/cpu_parallel.h"
@@ -20,7 +21,7 @@ namespace gradcomp {
 namespace {
 
 constexpr double kDefaultRatio = 0.01;
-constexpr std::size_t kMaxIndexable = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
+using sparse::kMaxIndexable;
 
 std::vector<ParamSpec> topk_params() {
   auto params = lossy_common_params();
