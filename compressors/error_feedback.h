@@ -68,6 +68,7 @@ struct EncodeArgs {
   int threads = 0;
 };
 
+class CudaCodec;           // compressors/cuda_codec.h
 class CudaPath;            // compressors/cuda_path.h
 struct DeviceTensorState;  // compressors/cuda_path.h
 
@@ -154,6 +155,8 @@ class ErrorFeedbackCompressor : public Compressor {
                             std::span<const TensorSegment> segments);
   // Creates the CUDA backend on first use; throws InvalidArgument for a codec without one or in builds without CUDA.
   void require_cuda_codec(const TensorView& grad, const CompressContext& ctx);
+  // CUDA builds: the codec's CUDA backend, created on first use; null when it has none.
+  CudaCodec* cuda_codec();
   // Encodes segment `segment` (its values at `values`) into `slot` as a complete payload with the state `state`
   // (a zero gradient against zero state when `zero`). `fused`: the codec's fused scan writes the new residual into
   // state.residual_next; otherwise the update is in place (on the segment's range of the state). Returns the size.

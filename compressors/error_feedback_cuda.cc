@@ -267,12 +267,16 @@ class ErrorFeedbackCompressor::DeviceStore final : public SegmentStore {
   kernels::DeviceBuffer zero_input_;
 };
 
-void ErrorFeedbackCompressor::require_cuda_codec(const TensorView& grad, const CompressContext& ctx) {
+CudaCodec* ErrorFeedbackCompressor::cuda_codec() {
   if (!cuda_) {
     cuda_ = std::make_unique<CudaPath>();
     cuda_->codec = make_cuda_codec(codec_, params_);
   }
-  GRADCOMP_CHECK(cuda_->codec != nullptr, "compressor '{}' has no CUDA path (tensor '{}' is {})", name_, ctx.name,
+  return cuda_->codec.get();
+}
+
+void ErrorFeedbackCompressor::require_cuda_codec(const TensorView& grad, const CompressContext& ctx) {
+  GRADCOMP_CHECK(cuda_codec() != nullptr, "compressor '{}' has no CUDA path (tensor '{}' is {})", name_, ctx.name,
                  grad.describe());
 }
 
