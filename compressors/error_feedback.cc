@@ -15,7 +15,6 @@
 #include "gradcomp/error.h"
 #include "kernels/cpu_parallel.h"
 #include "kernels/half_ops.cuh"
-#include "kernels/philox_ops.cuh"
 
 namespace gradcomp {
 namespace {

@@ -15,7 +15,6 @@
 #include "gradcomp/error.h"
 #include "kernels/common_cuda.h"
 #include "kernels/cuda_check.h"
-#include "kernels/philox_ops.cuh"
 
 namespace gradcomp {
 namespace {

@@ -8,7 +8,7 @@
 #include "compressors/powersgd_codec.h"
 #include "compressors/segments.h"
 #include "gradcomp/error.h"
-#include "kernels/philox_ops.cuh"
+#include "kernels/fnv1a.cuh"
 
 namespace gradcomp::powersgd {
 namespace {
