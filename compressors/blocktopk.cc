@@ -11,7 +11,7 @@
 #include "kernels/cpu_parallel.h"
 #include "kernels/half_ops.cuh"
 #include "kernels/sparsify_ops.cuh"
-#include "kernels/topk_select.h"
+#include "compressors/topk_select.h"
 #include "kernels/wire_nan.cuh"
 
 namespace gradcomp {
@@ -61,7 +61,8 @@ class BlockTopKCompressor final : public ErrorFeedbackCompressor {
                    args.ctx->name, n, kMaxIndexable);
     const std::size_t blocks = block_count(n, block_);
     const std::size_t kb = kernels::k_of_ratio(ratio_, blocks);
-    // Pass 1 (fused with error feedback): squared L2 norm of each block, summed in element order in f32 with fused multiply-adds, and its
+    // Pass 1 (fused with error feedback): squared L2 norm of each block, summed in element order in f32 with fused
+    // multiply-adds, and its
     // key (the norm's bits; NaN ranks above inf). Chunks are whole blocks.
     norm_keys_.resize(blocks);
     float* residual = args.residual;

@@ -16,7 +16,7 @@
 #include "kernels/philox_cpu.h"
 #include "kernels/select_collect.h"
 #include "kernels/sparsify_ops.cuh"
-#include "kernels/topk_select.h"
+#include "compressors/topk_select.h"
 #include "kernels/wire_nan.cuh"
 
 namespace gradcomp {

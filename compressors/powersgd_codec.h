@@ -35,7 +35,8 @@ struct Options {
 // returns (space.synchronize() at the end of compressed_allreduce, comm/algorithms/compressed_allreduce.cc, on the
 // memory space made for the same tensor, hence the same stream; run_rounds also synchronizes before each round's
 // allreduce); the residuals change only when a step completes, and a reduction that ends early (a failed round)
-// waits for its queued work in its destructor, so the state is complete when compressed_allreduce returns or throws. That is what save_state()
+// waits for its queued work in its destructor, so the state is complete when compressed_allreduce returns or throws.
+// That is what save_state()
 // and relocate() rely on: they read the buffers through other ops (the device's legacy default stream, which does
 // not wait for a non-blocking stream), and a later step may run on another stream. Code that drives
 // begin_rounds() itself must synchronize the tensor's stream before either. compress() takes host tensors only (it

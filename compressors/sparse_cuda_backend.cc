@@ -1,7 +1,7 @@
 // CUDA backends of the sparsifiers: topk (compressors/sparse_payload.h's (index, value) format), randomk, blocktopk;
 // dgc's is compressors/dgc_cuda_backend.cc.
 // The selection is kernels/sparse_cuda.cu's exact radix select, which picks the same elements as the CPU's
-// kernels/topk_select.cc (larger magnitude key first, lower index on ties), so the payloads are identical.
+// compressors/topk_select.cc (larger magnitude key first, lower index on ties), so the payloads are identical.
 #include "gradcomp/config.h"
 
 #if GRADCOMP_WITH_CUDA

@@ -14,7 +14,7 @@
 #include "kernels/select_collect.h"
 #include "kernels/sparsify_ops.cuh"
 #include "kernels/stream_store.h"
-#include "kernels/topk_select.h"
+#include "compressors/topk_select.h"
 #include "kernels/wire_nan.cuh"
 
 namespace gradcomp {

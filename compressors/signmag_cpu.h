@@ -20,7 +20,7 @@
 #include "kernels/bitpack_ops.cuh"
 #include "kernels/philox_cpu.h"
 #include "kernels/qsgd_ops.cuh"
-#include "kernels/signmag_avx2.h"
+#include "compressors/signmag_avx2.h"
 #include "kernels/stream_store.h"
 
 #if defined(__AVX2__)

@@ -1,4 +1,4 @@
-// The 64-value AVX2 fast paths of the sign-magnitude quantizer (kernels/signmag_cpu.h): 2- and 4-bit codes, their
+// The 64-value AVX2 fast paths of the sign-magnitude quantizer (compressors/signmag_cpu.h): 2- and 4-bit codes, their
 // level lookup table, 64-code packing and the 8/16-value decoders; compiled only with AVX2.
 #pragma once
 
