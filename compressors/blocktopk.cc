@@ -5,12 +5,13 @@
 #include <numeric>
 
 #include "compressors/error_feedback.h"
+#include "compressors/sparse_checks.h"
 #include "compressors/sparse_payload.h"
 #include "gradcomp/error.h"
 #include "kernels/cpu_parallel.h"
 #include "kernels/half_ops.cuh"
 #include "kernels/sparsify_ops.cuh"
-#include "kernels/topk_select.h"
+#include "compressors/topk_select.h"
 #include "kernels/wire_nan.cuh"
 
 namespace gradcomp {
@@ -19,8 +20,8 @@ namespace {
 // Payload: header param0 = block size, param1 = kb; section 0 = kb int32 block ids, strictly increasing, each
 // < ceil(numel / block); section 1 = the f32 values of those blocks, concatenated in id order (the last block of the
 // tensor contributes numel - id*block values).
-constexpr std::size_t kMaxIndexable = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
-constexpr long long kMaxBlock = 1 << 24;
+using sparse::kMaxBlock;
+using sparse::kMaxIndexable;
 
 std::vector<ParamSpec> blocktopk_params() {
   auto params = lossy_common_params();
@@ -60,7 +61,8 @@ class BlockTopKCompressor final : public ErrorFeedbackCompressor {
                    args.ctx->name, n, kMaxIndexable);
     const std::size_t blocks = block_count(n, block_);
     const std::size_t kb = kernels::k_of_ratio(ratio_, blocks);
-    // Pass 1 (fused with error feedback): squared L2 norm of each block, summed in element order in f32 with fused multiply-adds, and its
+    // Pass 1 (fused with error feedback): squared L2 norm of each block, summed in element order in f32 with fused
+    // multiply-adds, and its
     // key (the norm's bits; NaN ranks above inf). Chunks are whole blocks.
     norm_keys_.resize(blocks);
     float* residual = args.residual;
@@ -120,31 +122,11 @@ class BlockTopKCompressor final : public ErrorFeedbackCompressor {
   }
 
   void validate(const payload::View& view, std::size_t numel) const override {
-    const payload::Header& header = view.header;
-    GRADCOMP_CHECK_AS(CorruptPayload,
-                      header.section_count == 2 && header.flags == 0 && header.param0 >= 1 &&
-                          header.param0 <= kMaxBlock && numel <= kMaxIndexable,
-                      "corrupt blocktopk payload: {} sections, flags {:#x}, block {}, {} elements", header.section_count,
-                      header.flags, header.param0, numel);
-    const std::size_t block = header.param0;
-    const std::size_t blocks = block_count(numel, block);
-    const std::size_t id_bytes = view.sections[0].size();
-    GRADCOMP_CHECK_AS(CorruptPayload, id_bytes % sizeof(std::int32_t) == 0 && id_bytes / 4 <= blocks &&
-                                          header.param1 == id_bytes / 4,
-                      "corrupt blocktopk payload: id section of {} bytes (header says {} blocks) for {} blocks",
-                      id_bytes, header.param1, blocks);
-    const std::size_t kb = id_bytes / sizeof(std::int32_t);
-    sparse::validate_increasing_indices(view.sections[0], kb, blocks, "blocktopk");
-    std::vector<std::int32_t> ids(kb);
-    if (kb > 0) std::memcpy(ids.data(), view.sections[0].data(), id_bytes);
-    std::size_t expected = 0;
-    for (const std::int32_t b : ids) {
-      const std::size_t begin = static_cast<std::size_t>(b) * block;
-      expected += std::min(numel, begin + block) - begin;
-    }
-    GRADCOMP_CHECK_AS(CorruptPayload, view.sections[1].size() == expected * sizeof(float),
-                      "corrupt blocktopk payload: value section has {} bytes, the {} blocks need {}",
-                      view.sections[1].size(), kb, expected * sizeof(float));
+    const sparse::BlockIds ids = sparse::check_blocktopk_ids(view, numel);
+    sparse::validate_increasing_indices(view.sections[0], ids.count, ids.blocks, "blocktopk");
+    std::int32_t last = 0;
+    if (ids.count > 0) std::memcpy(&last, view.sections[0].data() + (ids.count - 1) * sizeof(last), sizeof(last));
+    sparse::check_blocktopk_values(view, ids, numel, static_cast<std::size_t>(last));
   }
 
   void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) override {

@@ -40,7 +40,7 @@
 #include "gradcomp/error.h"
 #include "kernels/bucket_reduce.h"
 #include "kernels/cpu_parallel.h"
-#include "kernels/signmag_cpu.h"
+#include "compressors/signmag_cpu.h"
 #include "kernels/stream_store.h"
 
 namespace gradcomp::quantize {
@@ -55,7 +55,7 @@ inline CompressorTraits bucket_quantizer_traits() {
 }
 
 // The level rule of qsgd and terngrad: stochastic rounding of |v| / scale to sign + level codes of `bits` bits
-// (Philox keyed by seed, tensor and step; kernels/signmag_cpu.h). A policy base providing coder() and decode().
+// (Philox keyed by seed, tensor and step; compressors/signmag_cpu.h). A policy base providing coder() and decode().
 // kFixedBits: the code width when the codec fixes it (terngrad: 2; the decode loop is then specialized for it, as
 // before the skeleton existed), or 0 when it is a parameter (qsgd: `bits`).
 template <unsigned kFixedBits = 0>

@@ -9,19 +9,20 @@
 #include <optional>
 
 #include "compressors/error_feedback.h"
+#include "compressors/sparse_checks.h"
 #include "compressors/sparse_payload.h"
 #include "gradcomp/error.h"
 #include "kernels/cpu_parallel.h"
 #include "kernels/philox_cpu.h"
 #include "kernels/select_collect.h"
 #include "kernels/sparsify_ops.cuh"
-#include "kernels/topk_select.h"
+#include "compressors/topk_select.h"
 #include "kernels/wire_nan.cuh"
 
 namespace gradcomp {
 namespace {
 
-constexpr std::size_t kMaxIndexable = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
+using sparse::kMaxIndexable;
 // Below this many sample positions the threshold estimate is too noisy to be worth it: select exactly instead.
 constexpr std::size_t kMinSample = 1024;
 constexpr double kTolerance = 0.3;  // accept the sampled threshold when the count is within +-30% of k
@@ -120,67 +121,17 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
     }
     float* u = state.buffers[1].data();
     const float* grad = args.grad;
-
-    // Local gradient clipping: ||g||_2 from per-chunk f64 partial sums combined in chunk order.
-    float scale = 1.0f;
-    if (clip_ > 0.0 && n > 0) {
-      const std::size_t chunks = (n + kernels::kParallelChunk - 1) / kernels::kParallelChunk;
-      std::vector<double> partial(chunks, 0.0);
-      kernels::parallel_chunks(n, kernels::kParallelChunk, args.threads,
-                               [&](std::size_t c, std::size_t begin, std::size_t end) {
-                                 double sum = 0.0;
-                                 for (std::size_t i = begin; i < end; ++i) sum += double(grad[i]) * grad[i];
-                                 partial[c] = sum;
-                               });
-      double sum = 0.0;
-      for (const double p : partial) sum += p;
-      const double norm = std::sqrt(sum);
-      if (norm > clip_) scale = static_cast<float>(clip_ / norm);
-    }
-
+    const float scale = clip_scale(grad, n, args.threads);  // local gradient clipping
     const double density = kernels::dgc_density(args.ctx->step, warmup_steps_, ratio_);
     const std::size_t k = kernels::k_of_ratio(density, n);
-    // Stratified sample of |v| for the threshold: ceil(sample * chunk length) uniform positions inside each fixed
-    // 64K-element chunk from the Philox stream of (tensor, step) with the chunk's first element index as counter
-    // base: identical for every rank and thread count. The sampled keys are those of the *updated* accumulator v,
-    // computed here ahead of the update pass (the same per-element math, nothing written), so that the pass that
-    // updates u and v can also collect the candidates above the threshold: one pass over g, u, v instead of two.
-    const std::size_t chunk = kernels::kParallelChunk;
-    const std::size_t full_draws = draws_for(chunk);
-    const std::size_t chunks = (n + chunk - 1) / chunk;
-    const std::size_t total_draws = n == 0 ? 0 : (chunks - 1) * full_draws + draws_for(n - (chunks - 1) * chunk);
-    const bool sampled = k < n && total_draws >= kMinSample;
-    sample_keys_.resize(sampled ? total_draws : 0);
-    const auto stream =
-        kernels::PhiloxStream::make(0, args.tensor_key ^ kernels::kDgcSampleStreamSalt, args.ctx->step);
-    const float m = momentum_;
-    const bool nesterov = nesterov_;
-    if (sampled) {
-      kernels::parallel_chunks(n, chunk, args.threads, [&](std::size_t c, std::size_t begin, std::size_t end) {
-        const std::size_t length = end - begin, draws = draws_for(length);
-        std::uint32_t* keys = sample_keys_.data() + c * full_draws;
-        kernels::philox_fill(stream, begin, draws, keys);  // begin is a multiple of 4
-        for (std::size_t j = 0; j < draws; ++j) {
-          const std::size_t i = begin + kernels::uniform_below32(keys[j], length);
-          float ui = u[i], vi = v[i];
-          kernels::dgc_accumulate(scale == 1.0f ? grad[i] : grad[i] * scale, m, nesterov, ui, vi);
-          keys[j] = kernels::magnitude_key(vi);
-        }
-      });
-    }
     std::uint32_t threshold = 0;
-    if (sampled) {
-      const std::size_t samples = sample_keys_.size();
-      const double scaled = static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
-      const std::size_t sample_k =
-          std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(scaled)), 1, samples);
-      std::nth_element(sample_keys_.begin(), sample_keys_.begin() + static_cast<std::ptrdiff_t>(sample_k - 1),
-                       sample_keys_.end(), std::greater<std::uint32_t>());
-      threshold = sample_keys_[sample_k - 1];
-    }
+    const bool sampled = sampled_threshold(args, scale, u, v, k, threshold);
 
     // Momentum correction + accumulation (+ the candidates |v| >= threshold): one pass over g, u, v.
-    parts_.resize(sampled ? chunks : 0);
+    const std::size_t chunk = kernels::kParallelChunk;
+    const float m = momentum_;
+    const bool nesterov = nesterov_;
+    parts_.resize(sampled ? (n + chunk - 1) / chunk : 0);
     for (auto& part : parts_) part.clear();
     kernels::parallel_chunks(n, chunk, args.threads, [&](std::size_t c, std::size_t begin, std::size_t end) {
       kernels::Candidates* part = sampled ? &parts_[c] : nullptr;
@@ -194,11 +145,77 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
         update_chunk<true, true>(grad, m, scale, u, v, begin, end, part, threshold);
       }
     });
-
     select(v, n, k, sampled, threshold, args, state);
+    return write_selected(args, u, v, out, stats);
+  }
 
+  // The factor of local gradient clipping: clip / ||g||_2 when the norm exceeds clip, else 1; the norm from
+  // per-chunk f64 partial sums combined in chunk order.
+  float clip_scale(const float* grad, std::size_t n, int threads) const {
+    if (!(clip_ > 0.0 && n > 0)) return 1.0f;
+    const std::size_t chunks = (n + kernels::kParallelChunk - 1) / kernels::kParallelChunk;
+    std::vector<double> partial(chunks, 0.0);
+    kernels::parallel_chunks(n, kernels::kParallelChunk, threads,
+                             [&](std::size_t c, std::size_t begin, std::size_t end) {
+                               double sum = 0.0;
+                               for (std::size_t i = begin; i < end; ++i) sum += double(grad[i]) * grad[i];
+                               partial[c] = sum;
+                             });
+    double sum = 0.0;
+    for (const double p : partial) sum += p;
+    const double norm = std::sqrt(sum);
+    return norm > clip_ ? static_cast<float>(clip_ / norm) : 1.0f;
+  }
+
+  // The candidate threshold for k of the tensor's values: true, with `threshold` set, when the sample is large
+  // enough to use (else selection is exact).
+  //
+  // Stratified sample of |v|: ceil(sample * chunk length) uniform positions inside each fixed 64K-element chunk from
+  // the Philox stream of (tensor, step) with the chunk's first element index as counter base: identical for every
+  // rank and thread count. The sampled keys are those of the *updated* accumulator v, computed here ahead of the
+  // update pass (the same per-element math, nothing written), so that the pass that updates u and v can also collect
+  // the candidates above the threshold: one pass over g, u, v instead of two.
+  bool sampled_threshold(const EncodeArgs& args, float scale, const float* u, const float* v, std::size_t k,
+                         std::uint32_t& threshold) {
+    const std::size_t n = args.numel;
+    const float* grad = args.grad;
+    const std::size_t chunk = kernels::kParallelChunk;
+    const std::size_t full_draws = draws_for(chunk);
+    const std::size_t chunks = (n + chunk - 1) / chunk;
+    const std::size_t total_draws = n == 0 ? 0 : (chunks - 1) * full_draws + draws_for(n - (chunks - 1) * chunk);
+    const bool sampled = k < n && total_draws >= kMinSample;
+    sample_keys_.resize(sampled ? total_draws : 0);
+    if (!sampled) return false;
+    const auto stream =
+        kernels::PhiloxStream::make(0, args.tensor_key ^ kernels::kDgcSampleStreamSalt, args.ctx->step);
+    const float m = momentum_;
+    const bool nesterov = nesterov_;
+    kernels::parallel_chunks(n, chunk, args.threads, [&](std::size_t c, std::size_t begin, std::size_t end) {
+      const std::size_t length = end - begin, draws = draws_for(length);
+      std::uint32_t* keys = sample_keys_.data() + c * full_draws;
+      kernels::philox_fill(stream, begin, draws, keys);  // begin is a multiple of 4
+      for (std::size_t j = 0; j < draws; ++j) {
+        const std::size_t i = begin + kernels::uniform_below32(keys[j], length);
+        float ui = u[i], vi = v[i];
+        kernels::dgc_accumulate(scale == 1.0f ? grad[i] : grad[i] * scale, m, nesterov, ui, vi);
+        keys[j] = kernels::magnitude_key(vi);
+      }
+    });
+    const std::size_t samples = sample_keys_.size();
+    const double scaled = static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
+    const std::size_t sample_k = std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(scaled)), 1, samples);
+    std::nth_element(sample_keys_.begin(), sample_keys_.begin() + static_cast<std::ptrdiff_t>(sample_k - 1),
+                     sample_keys_.end(), std::greater<std::uint32_t>());
+    threshold = sample_keys_[sample_k - 1];
+    return true;
+  }
+
+  // Writes the payload of the selected entries (selected_, positions into candidates_) and masks them
+  // (momentum-factor masking: what was sent leaves the accumulator and the momentum).
+  std::size_t write_selected(const EncodeArgs& args, float* u, float* v, std::span<std::byte> out,
+                             CompressStats& stats) {
     const auto sections =
-        sparse::write_index_value_header(payload::CodecId::kDgc, n, args.original_dtype, selected_.size(),
+        sparse::write_index_value_header(payload::CodecId::kDgc, args.numel, args.original_dtype, selected_.size(),
                                          sparse::ValueType::kF32, out);
     const float prescale = args.ctx->prescale;
     for (std::size_t j = 0; j < selected_.size(); ++j) {
@@ -207,7 +224,6 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
       const float wire = kernels::wire_f32(value * prescale);  // one NaN on the wire (kernels/wire_nan.cuh)
       sections.indices[j] = static_cast<std::int32_t>(i);
       std::memcpy(sections.values + j * sizeof(float), &wire, sizeof(float));
-      // Momentum-factor masking: what was sent leaves the accumulator and the momentum.
       v[i] = prescale == 1.0f ? value - wire : value - wire / prescale;
       u[i] = 0.0f;
     }
@@ -216,8 +232,7 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
   }
 
   void validate(const payload::View& view, std::size_t numel) const override {
-    GRADCOMP_CHECK_AS(CorruptPayload, view.header.param0 == static_cast<std::uint32_t>(sparse::ValueType::kF32),
-                      "corrupt dgc payload: value type {} (dgc sends f32 values, type 0)", view.header.param0);
+    sparse::check_dgc_value_type(view.header);
     sparse::validate_index_value(view, "dgc", numel);
   }
 

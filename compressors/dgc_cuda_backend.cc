@@ -12,6 +12,7 @@
 #include "compressors/cuda_codec.h"
 #include "compressors/dgc.h"
 #include "compressors/sparse_cuda_backend.h"
+#include "compressors/sparse_checks.h"
 #include "compressors/sparse_payload.h"
 #include "gradcomp/error.h"
 #include "kernels/cuda_check.h"
@@ -21,7 +22,7 @@
 namespace gradcomp {
 namespace {
 
-constexpr std::size_t kMaxIndexable = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
+using sparse::kMaxIndexable;
 
 using sparse::index_value_header;
 
@@ -44,7 +45,7 @@ class DgcCudaCodec final : public CudaCodec {
     TensorState& state = *args.state;
     const Layout l = layout(n);
     auto* base = static_cast<std::byte*>(args.workspace);
-    void* select = base + l.select;
+    void* select_ws = base + l.select;
     auto* candidates = reinterpret_cast<std::int32_t*>(base + l.candidates);
     auto* sample_keys = reinterpret_cast<float*>(base + l.samples);
     auto* partial = reinterpret_cast<double*>(base + l.partial);
@@ -74,51 +75,8 @@ class DgcCudaCodec final : public CudaCodec {
     const std::size_t k = kernels::k_of_ratio(density, n);
     state.scalars.assign(kDgcScalarCount, 0.0);
     state.scalars[kDgcTargetK] = static_cast<double>(k);
-    std::size_t selected = 0;
-    auto exact = [&] {
-      const auto threshold = kernels::topk_threshold(v, nullptr, v, n, k, select, scratch_counters, args.stream);
-      kernels::topk_compact(v, n, threshold, candidates, select, args.stream);
-      selected = k;
-    };
-    if (n > 0) {
-      // compressors/dgc.cc: ceil(sample * length) draws per 64K chunk; sampled only when k < n and enough draws.
-      const std::size_t chunk = 65536;
-      const std::size_t full_draws = draws_for(chunk);
-      const std::size_t chunks = (n + chunk - 1) / chunk;
-      const std::size_t samples = (chunks - 1) * full_draws + draws_for(n - (chunks - 1) * chunk);
-      if (!(k < n && samples >= kMinSample)) {
-        exact();
-        state.scalars[kDgcPath] = 2;
-      } else {
-        const auto stream = kernels::PhiloxStream::make(0, args.tensor_key ^ kernels::kDgcSampleStreamSalt,
-                                                        args.ctx->step);
-        kernels::launch_dgc_sample(v, n, stream, full_draws, samples, sample_keys, args.stream);
-        const double scaled = static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
-        const std::size_t sample_k =
-            std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(scaled)), 1, samples);
-        const auto sampled = kernels::topk_threshold(sample_keys, nullptr, sample_keys, samples, sample_k, select,
-                                                     scratch_counters, args.stream);
-        const std::size_t count = kernels::collect_at_least(v, n, sampled.key, candidates, select, args.stream);
-        float threshold_value;
-        std::memcpy(&threshold_value, &sampled.key, sizeof(threshold_value));
-        state.scalars[kDgcThreshold] = threshold_value;
-        state.scalars[kDgcSampledCount] = static_cast<double>(count);
-        const double lower = (1.0 - kTolerance) * static_cast<double>(k);
-        const double upper = (1.0 + kTolerance) * static_cast<double>(k);
-        if (static_cast<double>(count) > upper) {
-          exact();
-          state.scalars[kDgcPath] = 1;
-        } else if (static_cast<double>(count) < lower) {
-          exact();
-          state.scalars[kDgcPath] = 2;
-        } else {
-          selected = count;
-          state.scalars[kDgcPath] = 0;
-        }
-      }
-    } else {
-      state.scalars[kDgcPath] = 2;
-    }
+    const std::size_t selected =
+        select(args, v, k, Selection{select_ws, candidates, sample_keys, scratch_counters}, state);
     const payload::Header header =
         index_value_header(payload::CodecId::kDgc, n, args.original_dtype, selected, sparse::ValueType::kF32);
     write_header_device(header, out, args.stream);
@@ -136,9 +94,7 @@ class DgcCudaCodec final : public CudaCodec {
   }
 
   bool validate(const CudaDecodeArgs& args) override {
-    GRADCOMP_CHECK_AS(CorruptPayload,
-                      args.view->header.param0 == static_cast<std::uint32_t>(sparse::ValueType::kF32),
-                      "corrupt dgc payload: value type {} (dgc sends f32 values, type 0)", args.view->header.param0);
+    sparse::check_dgc_value_type(args.view->header);
     return validate_index_value_cuda(args, "dgc");
   }
   void checked(const CudaDecodeArgs& args, int flag, std::uint64_t) const override {
@@ -147,6 +103,56 @@ class DgcCudaCodec final : public CudaCodec {
   void decode(const CudaDecodeArgs& args) override { decode_index_value_cuda(args); }
 
  private:
+  // Workspace of the selection.
+  struct Selection {
+    void* select;
+    std::int32_t* candidates;
+    float* sample_keys;
+    kernels::DeviceCounters* counters;
+  };
+
+  // The k entries of v to send (compressors/dgc.cc's selection: a sampled threshold, exact when the sample is too
+  // small or its count is off by more than the tolerance) into w.candidates; returns their count and records the
+  // diagnostics scalars.
+  std::size_t select(const CudaEncodeArgs& args, float* v, std::size_t k, const Selection& w,
+                     TensorState& state) const {
+    const std::size_t n = args.numel;
+    state.scalars.assign(kDgcScalarCount, 0.0);
+    state.scalars[kDgcTargetK] = static_cast<double>(k);
+    auto exact = [&](double path) {
+      const auto threshold = kernels::topk_threshold(v, nullptr, v, n, k, w.select, w.counters, args.stream);
+      kernels::topk_compact(v, n, threshold, w.candidates, w.select, args.stream);
+      state.scalars[kDgcPath] = path;
+      return k;
+    };
+    if (n == 0) {
+      state.scalars[kDgcPath] = 2;
+      return 0;
+    }
+    // compressors/dgc.cc: ceil(sample * length) draws per 64K chunk; sampled only when k < n and enough draws.
+    const std::size_t chunk = 65536;
+    const std::size_t full_draws = draws_for(chunk);
+    const std::size_t chunks = (n + chunk - 1) / chunk;
+    const std::size_t samples = (chunks - 1) * full_draws + draws_for(n - (chunks - 1) * chunk);
+    if (!(k < n && samples >= kMinSample)) return exact(2);
+    const auto stream =
+        kernels::PhiloxStream::make(0, args.tensor_key ^ kernels::kDgcSampleStreamSalt, args.ctx->step);
+    kernels::launch_dgc_sample(v, n, stream, full_draws, samples, w.sample_keys, args.stream);
+    const double scaled = static_cast<double>(k) * static_cast<double>(samples) / static_cast<double>(n);
+    const std::size_t sample_k = std::clamp<std::size_t>(static_cast<std::size_t>(std::llround(scaled)), 1, samples);
+    const auto sampled = kernels::topk_threshold(w.sample_keys, nullptr, w.sample_keys, samples, sample_k, w.select,
+                                                 w.counters, args.stream);
+    const std::size_t count = kernels::collect_at_least(v, n, sampled.key, w.candidates, w.select, args.stream);
+    float threshold_value;
+    std::memcpy(&threshold_value, &sampled.key, sizeof(threshold_value));
+    state.scalars[kDgcThreshold] = threshold_value;
+    state.scalars[kDgcSampledCount] = static_cast<double>(count);
+    if (static_cast<double>(count) > (1.0 + kTolerance) * static_cast<double>(k)) return exact(1);
+    if (static_cast<double>(count) < (1.0 - kTolerance) * static_cast<double>(k)) return exact(2);
+    state.scalars[kDgcPath] = 0;
+    return count;
+  }
+
   static constexpr std::size_t kMinSample = 1024;  // compressors/dgc.cc
   static constexpr double kTolerance = 0.3;        // compressors/dgc.cc
 

@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "compressors/cuda_path.h"
+#include "compressors/ef_flow.h"
 #include "compressors/segmented_payload.h"
 #include "compressors/segments.h"
 #include "compressors/state_io.h"
@@ -14,7 +15,6 @@
 #include "gradcomp/error.h"
 #include "kernels/cpu_parallel.h"
 #include "kernels/half_ops.cuh"
-#include "kernels/philox_ops.cuh"
 
 namespace gradcomp {
 namespace {
@@ -102,41 +102,7 @@ ErrorFeedbackCompressor::ErrorFeedbackCompressor(std::string name, payload::Code
 
 ErrorFeedbackCompressor::~ErrorFeedbackCompressor() = default;
 
-void ErrorFeedbackCompressor::reset_state() {
-  drop_device_states();
-  states_.clear();
-}
-
 std::string ErrorFeedbackCompressor::spec() const { return params_.canonical(param_specs_); }
-
-const TensorState* ErrorFeedbackCompressor::state_of(std::string_view name) const {
-  sync_to_host(name, /*drop_device=*/false);
-  const auto it = states_.find(name);
-  return it == states_.end() ? nullptr : &it->second;
-}
-
-std::map<std::string, std::size_t> ErrorFeedbackCompressor::state_sizes() const {
-  std::map<std::string, std::size_t> sizes;
-  for (const auto& [name, state] : states_) sizes.emplace(name, state.numel);
-  return sizes;
-}
-
-TensorState& ErrorFeedbackCompressor::state_for(std::string_view name, std::size_t numel, int rank) {
-  auto it = states_.find(name);
-  if (it != states_.end()) {
-    GRADCOMP_CHECK(it->second.numel == numel,
-                   "compressor '{}': tensor '{}' on rank {} has {} elements but its saved state has {} (did its shape "
-                   "change, or was state of another model loaded?)",
-                   name_, name, rank, numel, it->second.numel);
-    return it->second;
-  }
-  TensorState state;
-  state.numel = numel;
-  state.buffers.resize(1 + extra_state_buffers());
-  if (ef_) state.buffers[0].assign(numel, 0.0f);
-  for (std::size_t b = 1; b < state.buffers.size(); ++b) state.buffers[b].assign(numel, 0.0f);
-  return states_.emplace(std::string(name), std::move(state)).first->second;
-}
 
 std::size_t ErrorFeedbackCompressor::payload_bound(std::size_t numel, std::span<const TensorSegment> segments) const {
   if (segments.size() <= 1 || traits_.summable) return max_payload_bytes(numel);
@@ -146,19 +112,61 @@ std::size_t ErrorFeedbackCompressor::payload_bound(std::size_t numel, std::span<
   return payload::segmented_bound(parts);
 }
 
+// The host memory space of compress_segments(): the gradient as f32 values, the states' vectors, host output.
+class ErrorFeedbackCompressor::HostStore final : public SegmentStore {
+ public:
+  HostStore(ErrorFeedbackCompressor& owner, const float* values, const FlowCall& call, bool fused)
+      : owner_(owner), values_(values), call_(call), fused_(fused) {}
+
+  bool counts_in_encode() const override { return fused_; }
+  std::size_t scan(std::size_t s, std::size_t& first) override {
+    const TensorSegment& segment = call_.segments[s];
+    return count_nonfinite(values_ + segment.offset, segment.numel, owner_.threads_, first);
+  }
+  std::pair<std::size_t, float> first_nonfinite(std::size_t s, std::size_t first) override {
+    return {first, values_[call_.segments[s].offset + first]};
+  }
+  std::size_t encode(std::size_t s, bool zero, std::span<std::byte> slot, CompressStats& stats,
+                     std::size_t& first) override {
+    const TensorSegment& segment = call_.segments[s];
+    return owner_.encode_segment(values_ + segment.offset, segment, *call_.states[s], *call_.ctx, call_.dtype, zero,
+                                 fused_ && !zero, slot, stats, first);
+  }
+  void write(std::byte* dst, std::span<const std::byte> bytes) override {
+    std::memcpy(dst, bytes.data(), bytes.size());
+  }
+  void fill_zero(std::byte* dst, std::size_t n) override { std::memset(dst, 0, n); }
+  void commit(std::size_t s, bool dirty) override {
+    TensorState& state = *call_.states[s];
+    if (fused_ && owner_.ef_) std::swap(state.buffers[0], state.residual_next);
+    if (!dirty) return;
+    for (auto& buffer : state.buffers) {  // nonfinite=pass: no NaN/Inf is kept in any state buffer
+      for (float& value : buffer) {
+        if (!std::isfinite(value)) value = 0.0f;
+      }
+    }
+  }
+
+ private:
+  ErrorFeedbackCompressor& owner_;
+  const float* values_;
+  const FlowCall& call_;
+  const bool fused_;
+};
+
 std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<std::byte> out,
                                               const CompressContext& ctx) {
   GRADCOMP_CHECK(!ctx.name.empty(), "compressor '{}': CompressContext.name must name the tensor", name_);
-  if (grad.device().is_cuda()) return compress_cuda(grad, out, ctx);
   check_float_dtype(grad, name_, fmt::format("gradient '{}'", ctx.name));
+  if (grad.device().is_cuda()) require_cuda_codec(grad, ctx);
   const std::size_t n = grad.numel();
   const std::vector<TensorSegment> segments = resolve_segments(ctx, n, name_);
-  const std::size_t count = segments.size();
   const std::size_t needed = payload_bound(n, segments);
   GRADCOMP_CHECK(out.size() >= needed, "compressor '{}': output buffer for '{}' has {} bytes, {} needed", name_,
                  ctx.name, out.size(), needed);
   // Every size is checked before any state is created, so a refused call changes nothing.
   for (const TensorSegment& segment : segments) check_state_size(segment.name, segment.total, ctx.rank);
+  if (grad.device().is_cuda()) return compress_cuda(grad, out, ctx, segments);
   for (const TensorSegment& segment : segments) sync_to_host(segment.name, /*drop_device=*/true);
   const float* values = static_cast<const float*>(grad.data());
   if (grad.dtype() != DType::kF32) {
@@ -167,111 +175,13 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
   }
   std::vector<TensorState*> states;
   for (const TensorSegment& segment : segments) states.push_back(&state_for(segment.name, segment.total, ctx.rank));
-  stats_ = CompressStats{};
-  stats_.numel = n;
-
-  // The non-finite policy, decided before any state changes. A codec that fuses the scan counts inside its encode
-  // and writes the new residual aside (residual_next); the others (and chunks of a tensor) are scanned first.
+  const FlowCall call{name_, codec_, traits_, nonfinite_, &ctx, segments, states, n, grad.dtype()};
+  // A codec that fuses the non-finite scan counts inside its encode and writes the new residual aside
+  // (residual_next); the others (and chunks of a tensor) are scanned first.
   const bool fused = fuses_nonfinite_scan() &&
                      std::all_of(segments.begin(), segments.end(), [](const TensorSegment& s) { return is_whole(s); });
-  std::vector<char> zero(count, 0), dirty(count, 0);
-  if (!fused) {
-    for (std::size_t s = 0; s < count; ++s) {
-      std::size_t first = 0;
-      const std::size_t bad = count_nonfinite(values + segments[s].offset, segments[s].numel, threads_, first);
-      if (bad == 0) continue;
-      stats_.nonfinite += bad;
-      if (nonfinite_ == NonFinitePolicy::kRaise) {
-        throw_nonfinite(ctx, segments[s], bad, first, values[segments[s].offset + first]);
-      }
-      (nonfinite_ == NonFinitePolicy::kSkip ? zero : dirty)[s] = 1;
-    }
-  }
-
-  // Each segment as if alone, into its place in the output.
-  std::vector<std::vector<double>> scalars_before(fused ? count : 0);
-  std::vector<char> encoded(count, 0);
-  auto encode_at = [&](std::size_t s, std::span<std::byte> slot) {
-    const TensorSegment& segment = segments[s];
-    const float* input = values + segment.offset;
-    CompressStats part;
-    std::size_t first = segment.numel;
-    if (fused) scalars_before[s] = states[s]->scalars;
-    std::size_t size = encode_segment(input, segment, *states[s], ctx, grad.dtype(), zero[s], fused && !zero[s], slot,
-                                      part, first);
-    if (fused && part.nonfinite > 0) {
-      stats_.nonfinite += part.nonfinite;
-      if (nonfinite_ == NonFinitePolicy::kPass) {
-        dirty[s] = 1;
-      } else {
-        states[s]->scalars = scalars_before[s];
-        if (nonfinite_ == NonFinitePolicy::kRaise) {
-          for (std::size_t t = 0; t < count; ++t) {
-            if (encoded[t]) states[t]->scalars = scalars_before[t];
-          }
-          throw_nonfinite(ctx, segment, part.nonfinite, first, input[first]);
-        }
-        zero[s] = 1;
-        part = CompressStats{};
-        size = encode_segment(input, segment, *states[s], ctx, grad.dtype(), true, false, slot, part, first);
-      }
-    }
-    encoded[s] = 1;
-    stats_.selected += part.selected;
-    stats_.saturated += part.saturated;
-    return size;
-  };
-  std::size_t size = 0;
-  if (count == 1) {
-    size = encode_at(0, out);
-  } else if (traits_.summable) {
-    // One dense body: segment s's values go to its place in it. Encoded last to first, each segment's own 64-byte
-    // header lands on body bytes of the segments before it (or on the call's header), written after it.
-    const std::size_t wire = dtype_size(traits_.wire_dtype);
-    for (std::size_t s = count; s-- > 0;) {
-      const std::size_t bytes = payload::kHeaderBytes + segments[s].numel * wire;
-      const std::size_t written = encode_at(s, out.subspan(segments[s].offset * wire, bytes));
-      GRADCOMP_ASSERT(written == bytes, "summable codec '{}' wrote {} bytes for {} values", name_, written,
-                      segments[s].numel);
-    }
-    payload::Header header;
-    header.codec = codec_;
-    header.numel = n;
-    header.dtype = grad.dtype();
-    header.section_count = 1;
-    header.section_bytes[0] = n * wire;
-    size = payload::write_header(header, out);
-  } else {
-    payload::SegmentedWriter writer(codec_, n, grad.dtype(), count, out.size());
-    for (std::size_t s = 0; s < count; ++s) {
-      const std::size_t offset = writer.next_offset();
-      writer.commit(segments[s].numel, encode_at(s, out.subspan(offset, writer.room())));
-      std::memset(out.data() + writer.next_offset() - writer.padding_before(), 0, writer.padding_before());
-    }
-    const std::vector<std::byte> prefix = writer.prefix();
-    std::memcpy(out.data(), prefix.data(), prefix.size());
-    size = writer.total_bytes();
-  }
-
-  // Commit: the new state of every segment that took its step.
-  for (std::size_t s = 0; s < count; ++s) {
-    if (zero[s]) {
-      stats_.skipped = true;
-      continue;
-    }
-    TensorState& state = *states[s];
-    if (fused && ef_) std::swap(state.buffers[0], state.residual_next);
-    if (dirty[s]) {  // nonfinite=pass: no NaN/Inf is kept in any state buffer
-      for (auto& buffer : state.buffers) {
-        for (float& value : buffer) {
-          if (!std::isfinite(value)) value = 0.0f;
-        }
-      }
-    }
-    if (segments[s].start == 0) ++state.steps;  // once per step, also when a tensor is split into chunks
-  }
-  stats_.payload_bytes = size;
-  return size;
+  HostStore store(*this, values, call, fused);
+  return compress_segments(call, store, out, stats_);
 }
 
 std::size_t ErrorFeedbackCompressor::encode_segment(const float* values, const TensorSegment& segment,
@@ -333,26 +243,7 @@ std::size_t ErrorFeedbackCompressor::encode_segment(const float* values, const T
   return encode(args, slot, stats);
 }
 
-void ErrorFeedbackCompressor::throw_nonfinite(const CompressContext& ctx, const TensorSegment& segment,
-                                              std::size_t count, std::size_t index, float value) const {
-  const std::string inside = ctx.segments.empty() || ctx.name == segment.name
-                                 ? std::string()
-                                 : fmt::format(" (carried in '{}')", ctx.name);
-  throw InvalidArgument(fmt::format(
-      "compressor '{}': gradient '{}'{} on rank {} at step {} has {} non-finite value(s), the first at index {} "
-      "({}); the error-feedback state was left untouched (use nonfinite=skip or nonfinite=pass to continue)",
-      name_, segment.name, inside, ctx.rank, segment_step(segment, ctx.step), count, segment.start + index, value));
-}
-
 void ErrorFeedbackCompressor::validate(const payload::View&, std::size_t) const {}
-
-void ErrorFeedbackCompressor::check_state_size(std::string_view name, std::size_t numel, int rank) const {
-  const auto it = states_.find(name);
-  GRADCOMP_CHECK(it == states_.end() || it->second.numel == numel,
-                 "compressor '{}': tensor '{}' on rank {} has {} elements but its saved state has {} (did its shape "
-                 "change, or was state of another model loaded?)",
-                 name_, name, rank, numel, it == states_.end() ? 0 : it->second.numel);
-}
 
 void ErrorFeedbackCompressor::decompress(std::span<const std::byte> bytes, const TensorView& out, DecodeMode mode) {
   check_float_dtype(out, name_, "decompress output");
@@ -438,10 +329,15 @@ void ErrorFeedbackCompressor::read_prefix(std::span<const std::byte> payload, st
 void ErrorFeedbackCompressor::sync_to_host(std::string_view, bool) const {}
 void ErrorFeedbackCompressor::drop_device_states() {}
 
-std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::span<std::byte>,
-                                                   const CompressContext& ctx) {
+void ErrorFeedbackCompressor::require_cuda_codec(const TensorView& grad, const CompressContext& ctx) {
   throw InvalidArgument(fmt::format("compressor '{}' has no CUDA path in this build (tensor '{}' is {})", name_,
                                     ctx.name, grad.describe()));
+}
+
+std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::span<std::byte>,
+                                                   const CompressContext& ctx, std::span<const TensorSegment>) {
+  require_cuda_codec(grad, ctx);  // throws: no CUDA path in this build
+  return 0;
 }
 
 void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::span<const std::byte>>, const TensorView& out,
@@ -450,46 +346,5 @@ void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::span<const st
       fmt::format("compressor '{}' has no CUDA path in this build (output is {})", name_, out.describe()));
 }
 #endif
-
-std::vector<std::byte> ErrorFeedbackCompressor::save_state() const {
-  sync_to_host({}, /*drop_device=*/false);
-  ByteWriter writer;
-  write_state_envelope(writer, name_, states_.size());
-  for (const auto& [tensor, state] : states_) {
-    write_state_record(writer, tensor, state.numel, state.steps, state.buffers, state.scalars);
-  }
-  return writer.take();
-}
-
-void ErrorFeedbackCompressor::load_state(std::span<const std::byte> bytes) {
-  ByteReader reader(bytes, fmt::format("'{}' compressor state", name_));
-  const auto count = read_state_envelope(reader, name_);
-  std::map<std::string, TensorState, std::less<>> loaded;
-  for (std::uint64_t t = 0; t < count; ++t) {
-    StateRecord record = read_state_record(reader);
-    const std::string& tensor = record.name;
-    TensorState state;
-    state.numel = record.numel;
-    state.steps = record.steps;
-    const std::size_t buffers = record.buffers.size();
-    GRADCOMP_CHECK(buffers == 1 + extra_state_buffers(),
-                   "state of tensor '{}' has {} buffers; compressor '{}' keeps {}", tensor, buffers, name_,
-                   1 + extra_state_buffers());
-    state.buffers = std::move(record.buffers);
-    for (std::size_t b = 0; b < buffers; ++b) {
-      const std::size_t expected = (b == 0 && !ef_) ? 0 : state.numel;
-      if (b == 0 && ef_ && state.buffers[0].empty()) state.buffers[0].assign(state.numel, 0.0f);  // saved with ef=off
-      if (b == 0 && !ef_) state.buffers[0].clear();  // ef=off now: the residual is dropped
-      GRADCOMP_CHECK(state.buffers[b].size() == (b == 0 && !ef_ ? 0 : state.numel),
-                     "state of tensor '{}' buffer {} has {} values, expected {}", tensor, b, state.buffers[b].size(),
-                     expected);
-    }
-    state.scalars = std::move(record.scalars);
-    loaded.emplace(std::move(record.name), std::move(state));
-  }
-  GRADCOMP_CHECK_AS(CorruptPayload, reader.at_end(), "corrupt compressor state: {} trailing bytes", reader.remaining());
-  drop_device_states();
-  states_ = std::move(loaded);
-}
 
 }  // namespace gradcomp

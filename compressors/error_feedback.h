@@ -68,6 +68,7 @@ struct EncodeArgs {
   int threads = 0;
 };
 
+class CudaCodec;           // compressors/cuda_codec.h
 class CudaPath;            // compressors/cuda_path.h
 struct DeviceTensorState;  // compressors/cuda_path.h
 
@@ -126,12 +127,6 @@ class ErrorFeedbackCompressor : public Compressor {
   // otherwise the two residual buffers swap. Under raise the output buffer's contents are then unspecified. Such a
   // codec must still work in place when residual_out is null (chunks of a tensor and skipped segments use that).
   virtual bool fuses_nonfinite_scan() const { return false; }
-  // CUDA path, taken automatically for tensors on a CUDA device. The default runs the codec's CudaCodec backend
-  // (compressors/cuda_codec.h, listed in compressors/cuda_codecs.cc) with the state kept on the device, and throws
-  // InvalidArgument for codecs without one or in builds without CUDA. `out` / `payload` are device memory (a host
-  // payload is staged to the device for decode). Runs on grad.stream() / out.stream(); synchronizes that stream
-  // once per segment (to learn the non-finite count and, for data-dependent sizes, the payload size).
-  virtual std::size_t compress_cuda(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx);
   // Decodes payloads of one tensor (plain or segmented; device or host memory) into a CUDA tensor, the first with
   // `first`, the others accumulating: every part of every payload is checked before any is written, with one host
   // wait for the device payloads' metadata and one for the device checks of all parts
@@ -147,11 +142,21 @@ class ErrorFeedbackCompressor : public Compressor {
   TensorState& state_for(std::string_view name, std::size_t numel, int rank);
 
  private:
-  // Where one segment's payload goes in the call's output: `out` (a plain payload), `slot` (the segment's own
-  // span), and the part count / element counts of a segmented container or the body offset of an elementwise codec.
-  struct Layout;
-  Layout plan_layout(std::span<const TensorSegment> segments, std::size_t numel, DType dtype,
-                     std::span<std::byte> out) const;
+  // The SegmentStores of compress_segments() (compressors/ef_flow.h): host memory (error_feedback.cc) and a CUDA
+  // device (error_feedback_cuda.cc).
+  class HostStore;
+  class DeviceStore;
+  // The CUDA path of compress(), taken for tensors on a CUDA device once compress() checked the call (`segments`
+  // from resolve_segments, the output size, the state sizes): the codec's CudaCodec backend (compressors/
+  // cuda_codec.h, listed in compressors/cuda_codecs.cc) with the state kept on the device. `out` is device memory.
+  // Runs on grad.stream(); synchronizes that stream once per segment (to learn the non-finite count and, for
+  // data-dependent sizes, the payload size).
+  std::size_t compress_cuda(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx,
+                            std::span<const TensorSegment> segments);
+  // Creates the CUDA backend on first use; throws InvalidArgument for a codec without one or in builds without CUDA.
+  void require_cuda_codec(const TensorView& grad, const CompressContext& ctx);
+  // CUDA builds: the codec's CUDA backend, created on first use; null when it has none.
+  CudaCodec* cuda_codec();
   // Encodes segment `segment` (its values at `values`) into `slot` as a complete payload with the state `state`
   // (a zero gradient against zero state when `zero`). `fused`: the codec's fused scan writes the new residual into
   // state.residual_next; otherwise the update is in place (on the segment's range of the state). Returns the size.
@@ -171,8 +176,6 @@ class ErrorFeedbackCompressor : public Compressor {
   void read_prefix(std::span<const std::byte> payload, std::byte* dst, std::size_t n, const TensorView& out) const;
   // Decodes one plain payload into a host tensor.
   void decompress_plain(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode);
-  [[noreturn]] void throw_nonfinite(const CompressContext& ctx, const TensorSegment& segment,
-                                    std::size_t count, std::size_t index, float value) const;
 
   std::string name_;
   payload::CodecId codec_;

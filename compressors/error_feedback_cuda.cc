@@ -1,6 +1,6 @@
 // The CUDA path of ErrorFeedbackCompressor: device-resident state per tensor name, a per-device workspace grown once,
-// f16/bf16 conversion, the non-finite policy, and host <-> device coherence of the state. The codec-specific part
-// is a CudaCodec (compressors/cuda_codec.h).
+// f16/bf16 conversion, host <-> device coherence of the state, and the device SegmentStore through which the one
+// compress flow (compressors/ef_flow.h) runs. The codec-specific part is a CudaCodec (compressors/cuda_codec.h).
 #include "gradcomp/config.h"
 
 #if GRADCOMP_WITH_CUDA
@@ -9,21 +9,15 @@
 #include <cstring>
 
 #include "compressors/cuda_path.h"
+#include "compressors/ef_flow.h"
 #include "compressors/error_feedback.h"
-#include "compressors/segmented_payload.h"
 #include "compressors/segments.h"
 #include "gradcomp/error.h"
 #include "kernels/common_cuda.h"
 #include "kernels/cuda_check.h"
-#include "kernels/philox_ops.cuh"
 
 namespace gradcomp {
 namespace {
-
-void check_float_dtype(const TensorView& view, std::string_view codec, std::string_view what) {
-  GRADCOMP_CHECK(view.dtype() == DType::kF32 || view.dtype() == DType::kF16 || view.dtype() == DType::kBF16,
-                 "compressor '{}': {} must be f32, f16 or bf16, got {}", codec, what, view.describe());
-}
 
 constexpr std::size_t kCounterBytes = 256;  // DeviceCounters
 
@@ -136,32 +130,159 @@ DeviceTensorState& ErrorFeedbackCompressor::device_state_for(std::string_view na
   return dstate;
 }
 
-namespace {
+// The CUDA memory space of compress_segments(): device gradient values, DeviceTensorState buffers (encode writes
+// `next`, commit makes it current), a device output, all on one stream.
+class ErrorFeedbackCompressor::DeviceStore final : public SegmentStore {
+ public:
+  DeviceStore(ErrorFeedbackCompressor& owner, const FlowCall& call, const float* values,
+              std::vector<DeviceTensorState*> dstates, int device, cudaStream_t stream, DeviceScratch& scratch)
+      : owner_(owner), call_(call), values_(values), dstates_(std::move(dstates)), device_(device), stream_(stream),
+        scratch_(scratch), buffer_count_(1 + owner.extra_state_buffers()) {}
 
-// Host bytes to device memory in stream order, in kernel-argument blocks (no host buffer has to outlive the call).
-void write_bytes_device(std::byte* out, const std::byte* bytes, std::size_t count, cudaStream_t stream) {
-  for (std::size_t done = 0; done < count; done += kernels::kMaxWriteBytes) {
-    kernels::launch_write_bytes(out + done, bytes + done, std::min(kernels::kMaxWriteBytes, count - done), stream);
+  bool counts_in_encode() const override { return true; }  // DeviceCounters::nonfinite
+  std::size_t scan(std::size_t, std::size_t& first) override { return first = 0; }  // never called
+  std::pair<std::size_t, float> first_nonfinite(std::size_t s, std::size_t) override {
+    const TensorSegment& segment = call_.segments[s];
+    std::vector<float> host(segment.numel);
+    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(host.data(), values_ + segment.offset, segment.numel * sizeof(float),
+                                        cudaMemcpyDeviceToHost, stream_));
+    kernels::synchronize_stream(stream_);
+    const auto bad = std::find_if(host.begin(), host.end(), [](float v) { return !std::isfinite(v); });
+    return {static_cast<std::size_t>(bad - host.begin()), bad == host.end() ? 0.0f : *bad};
   }
-}
+  // Segment s against its own state (its range of it, for a chunk), or, when `zero`, a zero gradient against the
+  // per-device zero state. The codec writes new state values into the next buffers.
+  std::size_t encode(std::size_t s, bool zero, std::span<std::byte> slot, CompressStats& stats,
+                     std::size_t&) override {
+    const TensorSegment& segment = call_.segments[s];
+    std::vector<const float*> current(buffer_count_, nullptr);
+    std::vector<float*> next(buffer_count_, nullptr);
+    TensorState throwaway;
+    TensorState* host = call_.states[s];
+    const float* input = values_ + segment.offset;
+    if (zero) {
+      input = zero_state(segment.numel, current, next);
+      throwaway.numel = segment.numel;
+      throwaway.scalars = host->scalars;
+      host = &throwaway;
+    } else {
+      for (std::size_t b = 0; b < buffer_count_; ++b) {
+        if (!dstates_[s]->current[b].data()) continue;
+        current[b] = dstates_[s]->current[b].as<const float>() + segment.start;
+        next[b] = dstates_[s]->next[b].as<float>() + segment.start;
+      }
+    }
+    CompressContext alone = *call_.ctx;
+    alone.name = segment.name;
+    alone.segments = {};
+    alone.step = segment_step(segment, call_.ctx->step);
+    CudaEncodeArgs args;
+    args.grad = input;
+    args.numel = segment.numel;
+    args.ctx = &alone;
+    args.state = host;
+    args.tensor_key = segment_stream_key(segment);
+    args.original_dtype = call_.dtype;
+    args.buffers = current;
+    args.next = next;
+    args.counters = scratch_.counters.as<kernels::DeviceCounters>();
+    args.workspace = scratch_.workspace.data();
+    args.stream = stream_;
+    return encode_counted(args, slot.data(), stats);
+  }
+  void write(std::byte* dst, std::span<const std::byte> bytes) override {
+    // Host bytes in stream order, in kernel-argument blocks (no host buffer has to outlive the call).
+    for (std::size_t done = 0; done < bytes.size(); done += kernels::kMaxWriteBytes) {
+      kernels::launch_write_bytes(dst + done, bytes.data() + done,
+                                  std::min(kernels::kMaxWriteBytes, bytes.size() - done), stream_);
+    }
+  }
+  void fill_zero(std::byte* dst, std::size_t n) override {
+    GRADCOMP_CUDA_CHECK(cudaMemsetAsync(dst, 0, n, stream_));
+  }
+  // A chunk's range copied, a whole tensor's buffers swapped.
+  void commit(std::size_t s, bool dirty) override {
+    const TensorSegment& segment = call_.segments[s];
+    DeviceTensorState& dstate = *dstates_[s];
+    for (std::size_t b = 0; b < buffer_count_; ++b) {
+      if (!dstate.next[b].data()) continue;
+      if (is_whole(segment)) {
+        dstate.current[b].swap(dstate.next[b]);
+      } else if (segment.numel) {
+        GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dstate.current[b].as<float>() + segment.start,
+                                            dstate.next[b].as<const float>() + segment.start,
+                                            segment.numel * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
+      }
+      if (dirty) kernels::launch_zero_nonfinite(dstate.current[b].as<float>() + segment.start, segment.numel, stream_);
+    }
+    dstate.device_newer = true;
+    dstate.written.record(stream_);
+  }
+  void finish(bool any_skipped) override {
+    if (any_skipped) owner_.cuda_->work[device_].written.record(stream_);
+  }
 
-}  // namespace
+ private:
+  // The zero state of `m` elements (buffers zeroed into `current`, `next` beside them) and a zero gradient.
+  const float* zero_state(std::size_t m, std::vector<const float*>& current, std::vector<float*>& next) {
+    const std::size_t bytes = std::max<std::size_t>(m, 1) * sizeof(float);
+    DeviceTensorState& work = owner_.cuda_->work[device_];
+    work.written.order_before(stream_);
+    work.current.resize(buffer_count_);
+    work.next.resize(buffer_count_);
+    for (std::size_t b = 0; b < buffer_count_; ++b) {
+      if (b == 0 && !owner_.ef_) continue;
+      work.current[b].reserve(bytes);
+      work.next[b].reserve(bytes);
+      GRADCOMP_CUDA_CHECK(cudaMemsetAsync(work.current[b].data(), 0, m * sizeof(float), stream_));
+      current[b] = work.current[b].as<const float>();
+      next[b] = work.next[b].as<float>();
+    }
+    zero_input_.reserve(bytes);
+    GRADCOMP_CUDA_CHECK(cudaMemsetAsync(zero_input_.data(), 0, m * sizeof(float), stream_));
+    return zero_input_.as<const float>();
+  }
+  // The codec's encode with zeroed counters, then one wait for them: the non-finite count and saturation.
+  std::size_t encode_counted(const CudaEncodeArgs& args, std::byte* slot, CompressStats& stats) {
+    GRADCOMP_CUDA_CHECK(cudaMemsetAsync(args.counters, 0, sizeof(kernels::DeviceCounters), stream_));
+    const std::size_t size = owner_.cuda_->codec->encode(args, slot, stats);
+    kernels::DeviceCounters host_counters{};
+    GRADCOMP_CUDA_CHECK(
+        cudaMemcpyAsync(&host_counters, args.counters, sizeof(host_counters), cudaMemcpyDeviceToHost, stream_));
+    kernels::synchronize_stream(stream_);
+    stats.nonfinite = host_counters.nonfinite;
+    stats.saturated = std::max<std::size_t>(stats.saturated, host_counters.saturated);
+    return size;
+  }
 
-std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::span<std::byte> out,
-                                                   const CompressContext& ctx) {
-  check_float_dtype(grad, name_, fmt::format("gradient '{}'", ctx.name));
+  ErrorFeedbackCompressor& owner_;
+  const FlowCall& call_;
+  const float* values_;
+  std::vector<DeviceTensorState*> dstates_;
+  int device_;
+  cudaStream_t stream_;
+  DeviceScratch& scratch_;
+  std::size_t buffer_count_;
+  kernels::DeviceBuffer zero_input_;
+};
+
+CudaCodec* ErrorFeedbackCompressor::cuda_codec() {
   if (!cuda_) {
     cuda_ = std::make_unique<CudaPath>();
     cuda_->codec = make_cuda_codec(codec_, params_);
   }
-  GRADCOMP_CHECK(cuda_->codec != nullptr, "compressor '{}' has no CUDA path (tensor '{}' is {})", name_, ctx.name,
+  return cuda_->codec.get();
+}
+
+void ErrorFeedbackCompressor::require_cuda_codec(const TensorView& grad, const CompressContext& ctx) {
+  GRADCOMP_CHECK(cuda_codec() != nullptr, "compressor '{}' has no CUDA path (tensor '{}' is {})", name_, ctx.name,
                  grad.describe());
+}
+
+std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::span<std::byte> out,
+                                                   const CompressContext& ctx,
+                                                   std::span<const TensorSegment> segments) {
   const std::size_t n = grad.numel();
-  const std::vector<TensorSegment> segments = resolve_segments(ctx, n, name_);
-  const std::size_t count = segments.size();
-  const std::size_t needed = payload_bound(n, segments);
-  GRADCOMP_CHECK(out.size() >= needed, "compressor '{}': output buffer for '{}' has {} bytes, {} needed", name_,
-                 ctx.name, out.size(), needed);
   const int device = grad.device().index;
   kernels::DeviceGuard guard(device);
   GRADCOMP_CHECK(n == 0 || is_device_memory(grad.data()),
@@ -171,8 +292,6 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
                  "compressor '{}': the payload buffer for CUDA tensor '{}' must be device memory on cuda:{}", name_,
                  ctx.name, device);
   auto stream = static_cast<cudaStream_t>(grad.stream());
-  CudaCodec& codec = *cuda_->codec;
-  for (const TensorSegment& segment : segments) check_state_size(segment.name, segment.total, ctx.rank);
   std::vector<DeviceTensorState*> dstates;
   std::vector<TensorState*> hstates;
   std::size_t largest = 0;
@@ -181,12 +300,10 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
     hstates.push_back(&states_.find(segment.name)->second);
     largest = std::max(largest, segment.numel);
   }
-  const std::size_t buffer_count = 1 + extra_state_buffers();
-
   DeviceScratch& scratch = cuda_->scratch[device];
   const ScratchUse scratch_use(scratch, stream);
   scratch.counters.reserve(kCounterBytes);
-  scratch.workspace.reserve(std::max<std::size_t>(codec.workspace_bytes(largest), 256));
+  scratch.workspace.reserve(std::max<std::size_t>(cuda_->codec->workspace_bytes(largest), 256));
   const float* values = static_cast<const float*>(grad.data());
   if (grad.dtype() != DType::kF32) {
     scratch.values.reserve(std::max<std::size_t>(n, 1) * sizeof(float));
@@ -194,170 +311,9 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
                                   grad.dtype() == DType::kBF16, stream);
     values = scratch.values.as<float>();
   }
-  auto* counters = scratch.counters.as<kernels::DeviceCounters>();
-
-  // Segment s as if alone into `slot`: against its own state (its range of it, for a chunk), or, when `zero`, a
-  // zero gradient against zero state (nonfinite=skip). The codec writes new state values into the next buffers.
-  std::vector<char> zero(count, 0), dirty(count, 0), encoded(count, 0);
-  std::vector<std::vector<double>> scalars_before(count);
-  kernels::DeviceBuffer zero_input;
-  auto encode_one = [&](std::size_t s, std::byte* slot, CompressStats& stats) {
-    const TensorSegment& segment = segments[s];
-    const std::size_t m = segment.numel;
-    std::vector<const float*> current(buffer_count, nullptr);
-    std::vector<float*> next(buffer_count, nullptr);
-    TensorState throwaway;
-    TensorState* host = hstates[s];
-    const float* input = values + segment.offset;
-    if (zero[s]) {
-      DeviceTensorState& work = cuda_->work[device];
-      work.written.order_before(stream);
-      work.current.resize(buffer_count);
-      work.next.resize(buffer_count);
-      for (std::size_t b = 0; b < buffer_count; ++b) {
-        if (b == 0 && !ef_) continue;
-        work.current[b].reserve(std::max<std::size_t>(m, 1) * sizeof(float));
-        work.next[b].reserve(std::max<std::size_t>(m, 1) * sizeof(float));
-        GRADCOMP_CUDA_CHECK(cudaMemsetAsync(work.current[b].data(), 0, m * sizeof(float), stream));
-        current[b] = work.current[b].as<const float>();
-        next[b] = work.next[b].as<float>();
-      }
-      zero_input.reserve(std::max<std::size_t>(m, 1) * sizeof(float));
-      GRADCOMP_CUDA_CHECK(cudaMemsetAsync(zero_input.data(), 0, m * sizeof(float), stream));
-      input = zero_input.as<const float>();
-      throwaway.numel = m;
-      throwaway.scalars = host->scalars;
-      host = &throwaway;
-    } else {
-      for (std::size_t b = 0; b < buffer_count; ++b) {
-        if (!dstates[s]->current[b].data()) continue;
-        current[b] = dstates[s]->current[b].as<const float>() + segment.start;
-        next[b] = dstates[s]->next[b].as<float>() + segment.start;
-      }
-    }
-    CompressContext alone = ctx;
-    alone.name = segment.name;
-    alone.segments = {};
-    alone.step = segment_step(segment, ctx.step);
-    CudaEncodeArgs args;
-    args.grad = input;
-    args.numel = m;
-    args.ctx = &alone;
-    args.state = host;
-    args.tensor_key = segment_stream_key(segment);
-    args.original_dtype = grad.dtype();
-    args.buffers = current;
-    args.next = next;
-    args.counters = counters;
-    args.workspace = scratch.workspace.data();
-    args.stream = stream;
-    GRADCOMP_CUDA_CHECK(cudaMemsetAsync(counters, 0, sizeof(kernels::DeviceCounters), stream));
-    const std::size_t size = codec.encode(args, slot, stats);
-    kernels::DeviceCounters host_counters{};
-    GRADCOMP_CUDA_CHECK(
-        cudaMemcpyAsync(&host_counters, counters, sizeof(host_counters), cudaMemcpyDeviceToHost, stream));
-    kernels::synchronize_stream(stream);
-    stats.nonfinite = host_counters.nonfinite;
-    stats.saturated = std::max<std::size_t>(stats.saturated, host_counters.saturated);
-    return size;
-  };
-  stats_ = CompressStats{};
-  stats_.numel = n;
-  // The non-finite policy per segment, after its fused pass counted (the state is committed only at the end).
-  auto encode_at = [&](std::size_t s, std::byte* slot) {
-    CompressStats part;
-    scalars_before[s] = hstates[s]->scalars;
-    std::size_t size = encode_one(s, slot, part);
-    if (part.nonfinite > 0) {
-      stats_.nonfinite += part.nonfinite;
-      if (nonfinite_ == NonFinitePolicy::kPass) {
-        dirty[s] = 1;
-      } else {
-        hstates[s]->scalars = scalars_before[s];
-        if (nonfinite_ == NonFinitePolicy::kRaise) {
-          for (std::size_t t = 0; t < count; ++t) {
-            if (encoded[t]) hstates[t]->scalars = scalars_before[t];
-          }
-          const TensorSegment& segment = segments[s];
-          std::vector<float> host(segment.numel);
-          GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(host.data(), values + segment.offset, segment.numel * sizeof(float),
-                                              cudaMemcpyDeviceToHost, stream));
-          kernels::synchronize_stream(stream);
-          const auto bad = std::find_if(host.begin(), host.end(), [](float v) { return !std::isfinite(v); });
-          const auto index = static_cast<std::size_t>(bad - host.begin());
-          throw_nonfinite(ctx, segment, part.nonfinite, index, bad == host.end() ? 0.0f : *bad);
-        }
-        zero[s] = 1;
-        part = CompressStats{};
-        size = encode_one(s, slot, part);
-        part.nonfinite = 0;
-      }
-    }
-    encoded[s] = 1;
-    stats_.selected += part.selected;
-    stats_.saturated += part.saturated;
-    return size;
-  };
-  std::size_t size = 0;
-  if (count == 1) {
-    size = encode_at(0, out.data());
-  } else if (traits_.summable) {
-    // One dense body, segment s's values at their place; last to first, as on the host (each segment's header
-    // lands on bytes written after it).
-    const std::size_t wire = dtype_size(traits_.wire_dtype);
-    for (std::size_t s = count; s-- > 0;) {
-      const std::size_t written = encode_at(s, out.data() + segments[s].offset * wire);
-      GRADCOMP_ASSERT(written == payload::kHeaderBytes + segments[s].numel * wire,
-                      "summable codec '{}' wrote {} bytes for {} values", name_, written, segments[s].numel);
-    }
-    payload::Header header;
-    header.codec = codec_;
-    header.numel = n;
-    header.dtype = grad.dtype();
-    header.section_count = 1;
-    header.section_bytes[0] = n * wire;
-    write_header_device(header, out.data(), stream);
-    size = payload::total_bytes(header);
-  } else {
-    payload::SegmentedWriter writer(codec_, n, grad.dtype(), count, out.size());
-    for (std::size_t s = 0; s < count; ++s) {
-      writer.commit(segments[s].numel, encode_at(s, out.data() + writer.next_offset()));
-      if (writer.padding_before()) {
-        GRADCOMP_CUDA_CHECK(cudaMemsetAsync(out.data() + writer.next_offset() - writer.padding_before(), 0,
-                                            writer.padding_before(), stream));
-      }
-    }
-    const std::vector<std::byte> prefix = writer.prefix();
-    write_bytes_device(out.data(), prefix.data(), prefix.size(), stream);
-    size = writer.total_bytes();
-  }
-
-  // Commit: the new state of every segment that took its step (a chunk's range copied, a whole tensor swapped).
-  for (std::size_t s = 0; s < count; ++s) {
-    if (zero[s]) {
-      stats_.skipped = true;
-      continue;
-    }
-    const TensorSegment& segment = segments[s];
-    DeviceTensorState& dstate = *dstates[s];
-    for (std::size_t b = 0; b < buffer_count; ++b) {
-      if (!dstate.next[b].data()) continue;
-      if (is_whole(segment)) {
-        dstate.current[b].swap(dstate.next[b]);
-      } else if (segment.numel) {
-        GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dstate.current[b].as<float>() + segment.start,
-                                            dstate.next[b].as<const float>() + segment.start,
-                                            segment.numel * sizeof(float), cudaMemcpyDeviceToDevice, stream));
-      }
-      if (dirty[s]) kernels::launch_zero_nonfinite(dstate.current[b].as<float>() + segment.start, segment.numel, stream);
-    }
-    dstate.device_newer = true;
-    dstate.written.record(stream);
-    if (segment.start == 0) ++hstates[s]->steps;
-  }
-  if (stats_.skipped) cuda_->work[device].written.record(stream);
-  stats_.payload_bytes = size;
-  return size;
+  const FlowCall call{name_, codec_, traits_, nonfinite_, &ctx, segments, hstates, n, grad.dtype()};
+  DeviceStore store(*this, call, values, std::move(dstates), device, stream, scratch);
+  return compress_segments(call, store, out, stats_);
 }
 
 }  // namespace gradcomp

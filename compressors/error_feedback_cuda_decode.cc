@@ -121,32 +121,11 @@ void plan_payload(std::size_t index, Placed& p, std::size_t n, payload::CodecId 
   }
 }
 
-}  // namespace
-
-void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::span<const std::byte>> payloads,
-                                              const TensorView& out, DecodeMode first) {
-  if (!cuda_) {
-    cuda_ = std::make_unique<CudaPath>();
-    cuda_->codec = make_cuda_codec(codec_, params_);
-  }
-  GRADCOMP_CHECK(cuda_->codec != nullptr, "compressor '{}' has no CUDA path (output is {})", name_, out.describe());
-  for (const auto& bytes : payloads) {
-    GRADCOMP_CHECK_AS(CorruptPayload, bytes.size() >= payload::kHeaderBytes,
-                      "corrupt payload: {} bytes is shorter than the {}-byte header", bytes.size(),
-                      payload::kHeaderBytes);
-  }
-  if (payloads.empty()) return;
-  const int device = out.device().index;
-  kernels::DeviceGuard guard(device);
-  auto stream = static_cast<cudaStream_t>(out.stream());
-  DeviceScratch& scratch = cuda_->scratch[device];
-  const ScratchUse scratch_use(scratch, stream);
-  CudaCodec& codec = *cuda_->codec;
-  const std::size_t n = out.numel();
-
-  // 1. Every payload in device memory at a 16-byte aligned address (sections are loaded as int32 and float4): a host
-  // payload, or a misaligned device one, is staged; and every metadata block on the host, with one wait for all the
-  // device payloads' (a host payload's is made on the host).
+// 1. Every payload in device memory at a 16-byte aligned address (sections are loaded as int32 and float4): a host
+// payload, or a misaligned device one, is staged; and every metadata block on the host, with one wait for all the
+// device payloads' (a host payload's is made on the host).
+std::vector<Placed> place_payloads(std::span<const std::span<const std::byte>> payloads, DeviceScratch& scratch,
+                                   cudaStream_t stream) {
   std::vector<Placed> placed(payloads.size());
   std::vector<bool> on_device(payloads.size());
   std::size_t staged = 0, device_count = 0;
@@ -186,20 +165,15 @@ void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::span<const st
     }
   }
   if (device_count > 0) kernels::synchronize_stream(stream);
+  return placed;
+}
 
-  // 2. Every part's header, checked on the host.
-  std::vector<PartPlan> parts;
-  for (std::size_t i = 0; i < placed.size(); ++i) plan_payload(i, placed[i], n, codec_, name_, parts, stream);
-
-  // 3. The device checks of every part, then one wait for all their verdicts.
-  std::size_t largest = 0;
-  for (const PartPlan& part : parts) largest = std::max(largest, part.numel);
-  scratch.workspace.reserve(std::max<std::size_t>(codec.decode_workspace_bytes(largest), 256));
+// 3. The device checks of every part (decoding into `values`), then one wait for all their verdicts; returns the
+// decode arguments of every part.
+std::vector<CudaDecodeArgs> check_parts(CudaCodec& codec, const std::vector<PartPlan>& parts, float* values,
+                                        DecodeMode first, DeviceScratch& scratch, cudaStream_t stream) {
   scratch.checks.reserve(kCheckBytes * parts.size());
   GRADCOMP_CUDA_CHECK(cudaMemsetAsync(scratch.checks.data(), 0, kCheckBytes * parts.size(), stream));
-  const bool half = out.dtype() != DType::kF32;
-  float* values = static_cast<float*>(out.data());
-  if (half) values = static_cast<float*>(scratch.values.reserve(std::max<std::size_t>(n, 1) * sizeof(float)));
   std::vector<CudaDecodeArgs> args(parts.size());
   bool device_checks = false;
   for (std::size_t s = 0; s < parts.size(); ++s) {
@@ -215,27 +189,60 @@ void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::span<const st
     a.stream = stream;
     device_checks = codec.validate(a) || device_checks;
   }
-  if (device_checks) {
-    scratch.checks_host.reserve(kCheckBytes * parts.size());
-    GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(scratch.checks_host.as<void>(), scratch.checks.data(),
-                                        kCheckBytes * parts.size(), cudaMemcpyDeviceToHost, stream));
-    kernels::synchronize_stream(stream);
-    for (std::size_t s = 0; s < parts.size(); ++s) {
-      const std::byte* check = scratch.checks_host.as<const std::byte>() + kCheckBytes * s;
-      int flag = 0;
-      std::uint64_t word = 0;
-      std::memcpy(&flag, check, sizeof(flag));
-      std::memcpy(&word, check + 8, sizeof(word));
-      codec.checked(args[s], flag, word);
-    }
+  if (!device_checks) return args;
+  scratch.checks_host.reserve(kCheckBytes * parts.size());
+  GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(scratch.checks_host.as<void>(), scratch.checks.data(),
+                                      kCheckBytes * parts.size(), cudaMemcpyDeviceToHost, stream));
+  kernels::synchronize_stream(stream);
+  for (std::size_t s = 0; s < parts.size(); ++s) {
+    const std::byte* check = scratch.checks_host.as<const std::byte>() + kCheckBytes * s;
+    int flag = 0;
+    std::uint64_t word = 0;
+    std::memcpy(&flag, check, sizeof(flag));
+    std::memcpy(&word, check + 8, sizeof(word));
+    codec.checked(args[s], flag, word);
   }
+  return args;
+}
+
+}  // namespace
+
+void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::span<const std::byte>> payloads,
+                                              const TensorView& out, DecodeMode first) {
+  CudaCodec* codec = cuda_codec();
+  GRADCOMP_CHECK(codec != nullptr, "compressor '{}' has no CUDA path (output is {})", name_, out.describe());
+  for (const auto& bytes : payloads) {
+    GRADCOMP_CHECK_AS(CorruptPayload, bytes.size() >= payload::kHeaderBytes,
+                      "corrupt payload: {} bytes is shorter than the {}-byte header", bytes.size(),
+                      payload::kHeaderBytes);
+  }
+  if (payloads.empty()) return;
+  const int device = out.device().index;
+  kernels::DeviceGuard guard(device);
+  auto stream = static_cast<cudaStream_t>(out.stream());
+  DeviceScratch& scratch = cuda_->scratch[device];
+  const ScratchUse scratch_use(scratch, stream);
+  const std::size_t n = out.numel();
+  std::vector<Placed> placed = place_payloads(payloads, scratch, stream);
+
+  // 2. Every part's header, checked on the host.
+  std::vector<PartPlan> parts;
+  for (std::size_t i = 0; i < placed.size(); ++i) plan_payload(i, placed[i], n, codec_, name_, parts, stream);
+
+  std::size_t largest = 0;
+  for (const PartPlan& part : parts) largest = std::max(largest, part.numel);
+  scratch.workspace.reserve(std::max<std::size_t>(codec->decode_workspace_bytes(largest), 256));
+  const bool half = out.dtype() != DType::kF32;
+  float* values = static_cast<float*>(out.data());
+  if (half) values = static_cast<float*>(scratch.values.reserve(std::max<std::size_t>(n, 1) * sizeof(float)));
+  std::vector<CudaDecodeArgs> args = check_parts(*codec, parts, values, first, scratch, stream);
 
   // 4. Every part into the output, payload after payload (through f32 for an f16/bf16 tensor).
   const bool bf16 = out.dtype() == DType::kBF16;
   if (half && first == DecodeMode::kAccumulate) {
     kernels::launch_half_to_float(static_cast<const std::uint16_t*>(out.data()), values, n, bf16, stream);
   }
-  for (CudaDecodeArgs& a : args) codec.decode(a);
+  for (CudaDecodeArgs& a : args) codec->decode(a);
   if (half) kernels::launch_float_to_half(values, static_cast<std::uint16_t*>(out.data()), n, bf16, stream);
 }
 

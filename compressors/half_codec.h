@@ -12,7 +12,7 @@
 #include "gradcomp/error.h"
 #include "kernels/bucket_reduce.h"
 #include "kernels/cpu_parallel.h"
-#include "kernels/half_cpu.h"
+#include "compressors/half_cpu.h"
 
 namespace gradcomp {
 

@@ -35,7 +35,8 @@ struct Options {
 // returns (space.synchronize() at the end of compressed_allreduce, comm/algorithms/compressed_allreduce.cc, on the
 // memory space made for the same tensor, hence the same stream; run_rounds also synchronizes before each round's
 // allreduce); the residuals change only when a step completes, and a reduction that ends early (a failed round)
-// waits for its queued work in its destructor, so the state is complete when compressed_allreduce returns or throws. That is what save_state()
+// waits for its queued work in its destructor, so the state is complete when compressed_allreduce returns or throws.
+// That is what save_state()
 // and relocate() rely on: they read the buffers through other ops (the device's legacy default stream, which does
 // not wait for a non-blocking stream), and a later step may run on another stream. Code that drives
 // begin_rounds() itself must synchronize the tensor's stream before either. compress() takes host tensors only (it
@@ -59,6 +60,8 @@ struct Block {
   std::string name;
   std::size_t offset = 0;  // in the call's tensor
   std::size_t numel = 0;
+  std::size_t start = 0, total = 0;     // the segment's place in its tensor (a chunk of a vector)
+  std::uint64_t step = kStepOfCall;     // the segment's own step (the non-finite message names it)
   std::size_t rows = 0, cols = 0;
   std::size_t rank = 0;     // 0: uncompressed (its values ride in the first round)
   bool skipped = false;     // nonfinite=skip found NaN/Inf: contributes zeros, state untouched

@@ -4,9 +4,11 @@
 
 #include <fmt/format.h>
 
+#include "compressors/ef_flow.h"
 #include "compressors/powersgd_codec.h"
+#include "compressors/segments.h"
 #include "gradcomp/error.h"
-#include "kernels/philox_ops.cuh"
+#include "kernels/fnv1a.cuh"
 
 namespace gradcomp::powersgd {
 namespace {
@@ -80,12 +82,10 @@ Step::Step(const Options& options, StateMap& states, Scratch& scratch, LowRankOp
 }
 
 void Step::plan(const TensorView& tensor, const CompressContext& ctx) {
-  std::vector<TensorSegment> whole;
-  std::span<const TensorSegment> segments = ctx.segments;
-  if (segments.empty()) {
-    whole.push_back(TensorSegment{ctx.name, 0, tensor.numel(), 0, tensor.numel(), tensor.rows()});
-    segments = whole;
-  }
+  // The segment rules every codec shares (compressors/segments.h); a call without segments is the whole tensor,
+  // shaped by tensor.rows().
+  std::vector<TensorSegment> segments = resolve_segments(ctx, tensor.numel(), "powersgd");
+  if (ctx.segments.empty()) segments[0].rows = tensor.rows();
   const float* values = nullptr;
   if (tensor.dtype() == DType::kF32) {
     values = static_cast<const float*>(tensor.data());
@@ -94,26 +94,22 @@ void Step::plan(const TensorView& tensor, const CompressContext& ctx) {
     ops_.load_f32(tensor, 0, tensor.numel(), converted);
     values = converted;
   }
-  std::size_t next = 0;
   for (const TensorSegment& segment : segments) {
-    GRADCOMP_CHECK(segment.offset == next && segment.offset + segment.numel <= tensor.numel(),
-                   "powersgd('{}'): segment '{}' at [{}, {}) does not continue the segments before it within {} "
-                   "elements",
-                   ctx.name, segment.name, segment.offset, segment.offset + segment.numel, tensor.numel());
-    const std::size_t total = segment.total == 0 ? segment.numel : segment.total;
     // Vectors travel uncompressed, so a part of one is fine; a matrix must come whole.
-    GRADCOMP_CHECK(segment.rows == 0 || (segment.start == 0 && total == segment.numel),
+    GRADCOMP_CHECK(segment.rows == 0 || is_whole(segment),
                    "powersgd compresses whole matrices, but tensor '{}' arrives as elements [{}, {}) of {} on rank {} "
                    "(a chunked algorithm such as sra: use auto, rounds or allgather)",
-                   segment.name, segment.start, segment.start + segment.numel, total, ctx.rank);
+                   segment.name, segment.start, segment.start + segment.numel, segment.total, ctx.rank);
     GRADCOMP_CHECK(segment.rows == 0 || segment.numel % segment.rows == 0,
                    "powersgd: tensor '{}' has {} elements, not a multiple of its {} rows (rank {})", segment.name,
                    segment.numel, segment.rows, ctx.rank);
-    next = segment.offset + segment.numel;
     Block block;
     block.name = std::string(segment.name);
     block.offset = segment.offset;
     block.numel = segment.numel;
+    block.start = segment.start;
+    block.total = segment.total;
+    block.step = segment.step;
     block.rows = segment.rows;
     block.cols = segment.rows == 0 ? 0 : segment.numel / segment.rows;
     // The shape is checked on every step (also before start_step), so a rank too large for a tensor shows at once.
@@ -131,8 +127,6 @@ void Step::plan(const TensorView& tensor, const CompressContext& ctx) {
     }
     blocks_.push_back(std::move(block));
   }
-  GRADCOMP_CHECK(next == tensor.numel(), "powersgd('{}'): the segments cover {} elements but the tensor has {}",
-                 ctx.name, next, tensor.numel());
 }
 
 void Step::scan_uncompressed(const CompressContext& ctx) {
@@ -157,10 +151,9 @@ void Step::apply_policy(Block& block, std::size_t count, std::size_t first, cons
   if (options_.nonfinite == NonFinitePolicy::kRaise) {
     float value = 0.0f;
     ops_.download(&value, values + first, 1);
-    throw InvalidArgument(fmt::format(
-        "powersgd: tensor '{}' holds {} non-finite value(s) on rank {} at step {} (first: element {} = {}); "
-        "nonfinite=raise (use nonfinite=skip or pass to go on)",
-        block.name, count, ctx.rank, ctx.step, first, value));
+    const TensorSegment segment{block.name, block.offset, block.numel, block.start, block.total, block.rows,
+                                block.step};
+    throw_nonfinite("powersgd", ctx, segment, count, first, value);  // the message every codec gives
   }
   block.skipped = options_.nonfinite == NonFinitePolicy::kSkip;
   block.nonfinite = true;

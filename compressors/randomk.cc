@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "compressors/error_feedback.h"
+#include "compressors/sparse_checks.h"
 #include "compressors/sparse_payload.h"
 #include "gradcomp/error.h"
 #include "kernels/cpu_parallel.h"
@@ -22,7 +23,7 @@ namespace {
 // Payload: header param0 = 0, param1 = k; section 0 = four u64 {seed, tensor_key, step, k}; section 1 = k f32 values
 // in ascending index order.
 constexpr std::size_t kStreamSectionBytes = sparse::kRandomKStreamBytes;
-constexpr std::size_t kMaxIndexable = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
+using sparse::kMaxIndexable;
 
 std::vector<ParamSpec> randomk_params() {
   auto params = lossy_common_params();
@@ -137,21 +138,7 @@ class RandomKCompressor final : public ErrorFeedbackCompressor {
   }
 
   void validate(const payload::View& view, std::size_t numel) const override {
-    const payload::Header& header = view.header;
-    GRADCOMP_CHECK_AS(CorruptPayload,
-                      header.section_count == 2 && header.flags == 0 && header.param0 == 0 &&
-                          view.sections[0].size() == kStreamSectionBytes,
-                      "corrupt randomk payload: {} sections, flags {:#x}, param0 {}, stream section {} bytes "
-                      "(expected 2, 0, 0, {})",
-                      header.section_count, header.flags, header.param0, view.sections[0].size(), kStreamSectionBytes);
-    GRADCOMP_CHECK_AS(CorruptPayload, numel <= kMaxIndexable, "corrupt randomk payload: {} elements (at most {})",
-                      numel, kMaxIndexable);
-    std::uint64_t stream[4];
-    std::memcpy(stream, view.sections[0].data(), sizeof(stream));
-    const std::uint64_t k = stream[3];
-    GRADCOMP_CHECK_AS(CorruptPayload, k <= numel && header.param1 == k && view.sections[1].size() == k * sizeof(float),
-                      "corrupt randomk payload: k = {} (header {}) with {} value bytes for a tensor of {} elements",
-                      k, header.param1, view.sections[1].size(), numel);
+    sparse::check_randomk_layout(view, view.sections[0], numel);
   }
 
   void decode(const payload::View& view, float* out, std::size_t numel, bool accumulate) override {

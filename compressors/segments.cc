@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "gradcomp/error.h"
-#include "kernels/philox_ops.cuh"
+#include "kernels/fnv1a.cuh"
 
 namespace gradcomp {
 

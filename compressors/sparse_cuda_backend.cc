@@ -1,7 +1,7 @@
 // CUDA backends of the sparsifiers: topk (compressors/sparse_payload.h's (index, value) format), randomk, blocktopk;
 // dgc's is compressors/dgc_cuda_backend.cc.
 // The selection is kernels/sparse_cuda.cu's exact radix select, which picks the same elements as the CPU's
-// kernels/topk_select.cc (larger magnitude key first, lower index on ties), so the payloads are identical.
+// compressors/topk_select.cc (larger magnitude key first, lower index on ties), so the payloads are identical.
 #include "gradcomp/config.h"
 
 #if GRADCOMP_WITH_CUDA
@@ -16,6 +16,7 @@
 #include "compressors/cuda_codec.h"
 #include "compressors/dgc.h"
 #include "compressors/randomk.h"
+#include "compressors/sparse_checks.h"
 #include "compressors/sparse_payload.h"
 #include "gradcomp/error.h"
 #include "kernels/common_cuda.h"
@@ -28,7 +29,7 @@
 namespace gradcomp {
 namespace {
 
-constexpr std::size_t kMaxIndexable = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
+using sparse::kMaxIndexable;
 
 using sparse::index_value_header;
 
@@ -115,23 +116,8 @@ class RandomKCudaCodec final : public CudaCodec {
   }
 
   bool validate(const CudaDecodeArgs& args) override {
-    const payload::Header& header = args.view->header;
-    const auto& sections = args.view->sections;
     const std::size_t numel = args.numel;
-    GRADCOMP_CHECK_AS(CorruptPayload,
-                      header.section_count == 2 && header.flags == 0 && header.param0 == 0 &&
-                          sections[0].size() == kStreamSectionBytes && args.lead.size() >= kStreamSectionBytes,
-                      "corrupt randomk payload: {} sections, flags {:#x}, param0 {}, stream section {} bytes "
-                      "(expected 2, 0, 0, {})",
-                      header.section_count, header.flags, header.param0, sections[0].size(), kStreamSectionBytes);
-    GRADCOMP_CHECK_AS(CorruptPayload, numel <= kMaxIndexable, "corrupt randomk payload: {} elements (at most {})",
-                      numel, kMaxIndexable);
-    std::uint64_t stream_words[4];
-    std::memcpy(stream_words, args.lead.data(), sizeof(stream_words));
-    const std::uint64_t k = stream_words[3];
-    GRADCOMP_CHECK_AS(CorruptPayload, k <= numel && header.param1 == k && sections[1].size() == k * sizeof(float),
-                      "corrupt randomk payload: k = {} (header {}) with {} value bytes for a tensor of {} elements",
-                      k, header.param1, sections[1].size(), numel);
+    const std::uint64_t k = sparse::check_randomk_layout(*args.view, args.lead, numel);
     // The decode workspace is sized for this codec's k (a payload of another ratio is another spec).
     GRADCOMP_CHECK_AS(CorruptPayload, k == kernels::k_of_ratio(ratio_, numel),
                       "randomk payload with k = {} for {} elements, where this codec (ratio {}) sends {}", k, numel,
@@ -241,22 +227,9 @@ class BlockTopKCudaCodec final : public CudaCodec {
   }
 
   bool validate(const CudaDecodeArgs& args) override {
-    const payload::Header& header = args.view->header;
     const auto& sections = args.view->sections;
-    const std::size_t numel = args.numel;
-    GRADCOMP_CHECK_AS(CorruptPayload,
-                      header.section_count == 2 && header.flags == 0 && header.param0 >= 1 &&
-                          header.param0 <= kMaxBlock && numel <= kMaxIndexable,
-                      "corrupt blocktopk payload: {} sections, flags {:#x}, block {}, {} elements",
-                      header.section_count, header.flags, header.param0, numel);
-    const std::size_t block = header.param0;
-    const std::size_t blocks = (numel + block - 1) / block;
-    const std::size_t id_bytes = sections[0].size();
-    GRADCOMP_CHECK_AS(CorruptPayload,
-                      id_bytes % sizeof(std::int32_t) == 0 && id_bytes / 4 <= blocks && header.param1 == id_bytes / 4,
-                      "corrupt blocktopk payload: id section of {} bytes (header says {} blocks) for {} blocks",
-                      id_bytes, header.param1, blocks);
-    const std::size_t kb = id_bytes / sizeof(std::int32_t);
+    const sparse::BlockIds block_ids = sparse::check_blocktopk_ids(*args.view, args.numel);
+    const std::size_t kb = block_ids.count, blocks = block_ids.blocks;
     const auto* ids = reinterpret_cast<const std::int32_t*>(sections[0].data());
     kernels::launch_validate_indices(ids, kb, blocks, args.error_flag, args.stream);
     // The value count depends on whether the short last block was sent: the last id comes back with the flag.
@@ -268,18 +241,9 @@ class BlockTopKCudaCodec final : public CudaCodec {
   }
 
   void checked(const CudaDecodeArgs& args, int flag, std::uint64_t word) const override {
-    const payload::Header& header = args.view->header;
-    const std::size_t numel = args.numel, block = header.param0, blocks = (numel + block - 1) / block;
-    const std::size_t kb = args.view->sections[0].size() / sizeof(std::int32_t);
-    GRADCOMP_CHECK_AS(CorruptPayload, flag == 0,
-                      "corrupt blocktopk payload: block ids are not strictly increasing and in [0, {}) ({} ids)",
-                      blocks, kb);
-    const auto last = static_cast<std::size_t>(static_cast<std::uint32_t>(word));
-    std::size_t expected = kb * block;
-    if (kb > 0 && last == blocks - 1) expected -= blocks * block - numel;
-    GRADCOMP_CHECK_AS(CorruptPayload, args.view->sections[1].size() == expected * sizeof(float),
-                      "corrupt blocktopk payload: value section has {} bytes, {} values ({} bytes) expected",
-                      args.view->sections[1].size(), expected, expected * sizeof(float));
+    const sparse::BlockIds ids = sparse::check_blocktopk_ids(*args.view, args.numel);
+    sparse::check_indices_flag(flag == 0, "blocktopk", ids.blocks, ids.count);
+    sparse::check_blocktopk_values(*args.view, ids, args.numel, static_cast<std::uint32_t>(word));
   }
 
   void decode(const CudaDecodeArgs& args) override {
@@ -292,7 +256,6 @@ class BlockTopKCudaCodec final : public CudaCodec {
   }
 
  private:
-  static constexpr std::size_t kMaxBlock = std::size_t{1} << 24;
   std::size_t block_count(std::size_t n) const { return (n + block_ - 1) / block_; }
   static std::size_t keys_bytes(std::size_t blocks) {
     return (std::max<std::size_t>(blocks, 1) * sizeof(std::uint32_t) + 255) / 256 * 256;
@@ -306,34 +269,14 @@ class BlockTopKCudaCodec final : public CudaCodec {
 }  // namespace
 
 bool validate_index_value_cuda(const CudaDecodeArgs& args, std::string_view codec) {
-  const payload::Header& header = args.view->header;
-  const auto& sections = args.view->sections;
-  GRADCOMP_CHECK_AS(CorruptPayload, header.section_count == 2 && header.flags == 0,
-                    "corrupt {} payload: {} sections and flags {:#x} (expected 2 sections, flags 0)", codec,
-                    header.section_count, header.flags);
-  GRADCOMP_CHECK_AS(CorruptPayload, header.param0 <= 1, "corrupt {} payload: value type {} (0 = f32, 1 = f16)", codec,
-                    header.param0);
-  const auto type = static_cast<sparse::ValueType>(header.param0);
-  const std::size_t index_bytes = sections[0].size();
-  GRADCOMP_CHECK_AS(CorruptPayload, index_bytes % sizeof(std::int32_t) == 0,
-                    "corrupt {} payload: index section of {} bytes is not a whole number of int32", codec,
-                    index_bytes);
-  const std::size_t k = index_bytes / sizeof(std::int32_t);
-  GRADCOMP_CHECK_AS(CorruptPayload, k <= args.numel && header.param1 == k,
-                    "corrupt {} payload: {} indices (header says {}) for a tensor of {} elements", codec, k,
-                    header.param1, args.numel);
-  GRADCOMP_CHECK_AS(CorruptPayload, sections[1].size() == k * sparse::value_bytes(type),
-                    "corrupt {} payload: value section has {} bytes, {} entries of {} bytes expected", codec,
-                    sections[1].size(), k, sparse::value_bytes(type));
-  kernels::launch_validate_indices(reinterpret_cast<const std::int32_t*>(sections[0].data()), k, args.numel,
-                                   args.error_flag, args.stream);
+  const std::size_t k = sparse::check_index_value_layout(*args.view, codec, args.numel);
+  kernels::launch_validate_indices(reinterpret_cast<const std::int32_t*>(args.view->sections[0].data()), k,
+                                   args.numel, args.error_flag, args.stream);
   return true;
 }
 
 void checked_index_value_cuda(const CudaDecodeArgs& args, int flag, std::string_view codec) {
-  GRADCOMP_CHECK_AS(CorruptPayload, flag == 0,
-                    "corrupt {} payload: indices are not strictly increasing and in [0, {}) ({} entries)", codec,
-                    args.numel, args.view->sections[0].size() / sizeof(std::int32_t));
+  sparse::check_indices_flag(flag == 0, codec, args.numel, args.view->sections[0].size() / sizeof(std::int32_t));
 }
 
 void decode_index_value_cuda(const CudaDecodeArgs& args) {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "compressors/sparse_checks.h"
 #include "gradcomp/error.h"
 #include "kernels/half_ops.cuh"
 
@@ -45,39 +46,8 @@ IndexValueSections write_index_value_header(payload::CodecId codec, std::uint64_
           out.data() + payload::section_offset(header, 1), total};
 }
 
-void validate_increasing_indices(std::span<const std::byte> indices, std::size_t count, std::uint64_t limit,
-                                 std::string_view what) {
-  long long previous = -1;
-  for (std::size_t j = 0; j < count; ++j) {
-    std::int32_t index;
-    std::memcpy(&index, indices.data() + j * sizeof(index), sizeof(index));
-    GRADCOMP_CHECK_AS(CorruptPayload, index > previous && static_cast<std::uint64_t>(index) < limit,
-                      "corrupt {} payload: index #{} is {} (previous {}, limit {}); indices must be strictly "
-                      "increasing and in range",
-                      what, j, index, previous, limit);
-    previous = index;
-  }
-}
-
 void validate_index_value(const payload::View& view, std::string_view codec, std::size_t numel) {
-  const payload::Header& header = view.header;
-  GRADCOMP_CHECK_AS(CorruptPayload, header.section_count == 2 && header.flags == 0,
-                    "corrupt {} payload: {} sections and flags {:#x} (expected 2 sections, flags 0)", codec,
-                    header.section_count, header.flags);
-  GRADCOMP_CHECK_AS(CorruptPayload, header.param0 <= 1, "corrupt {} payload: value type {} (0 = f32, 1 = f16)", codec,
-                    header.param0);
-  const auto type = static_cast<ValueType>(header.param0);
-  const std::size_t index_bytes = view.sections[0].size();
-  GRADCOMP_CHECK_AS(CorruptPayload, index_bytes % sizeof(std::int32_t) == 0,
-                    "corrupt {} payload: index section of {} bytes is not a whole number of int32", codec,
-                    index_bytes);
-  const std::size_t k = index_bytes / sizeof(std::int32_t);
-  GRADCOMP_CHECK_AS(CorruptPayload, k <= numel && header.param1 == k,
-                    "corrupt {} payload: {} indices (header says {}) for a tensor of {} elements", codec, k,
-                    header.param1, numel);
-  GRADCOMP_CHECK_AS(CorruptPayload, view.sections[1].size() == k * value_bytes(type),
-                    "corrupt {} payload: value section has {} bytes, {} entries of {} bytes expected", codec,
-                    view.sections[1].size(), k, value_bytes(type));
+  const std::size_t k = check_index_value_layout(view, codec, numel);
   validate_increasing_indices(view.sections[0], k, numel, codec);
 }
 

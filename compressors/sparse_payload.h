@@ -43,13 +43,8 @@ payload::Header randomk_header(std::uint64_t numel, DType dtype, std::size_t k);
 IndexValueSections write_index_value_header(payload::CodecId codec, std::uint64_t numel, DType dtype, std::size_t k,
                                             ValueType type, std::span<std::byte> out);
 
-// Throws CorruptPayload unless `indices` (as little-endian int32 bytes, count entries) are strictly increasing and in
-// [0, limit). `what` names the codec and section for the message.
-void validate_increasing_indices(std::span<const std::byte> indices, std::size_t count, std::uint64_t limit,
-                                 std::string_view what);
-
-// Throws CorruptPayload unless `view` is a valid (index, value) payload of `codec` for `numel` elements; writes
-// nothing.
+// Throws CorruptPayload unless `view` is a valid (index, value) payload of `codec` for `numel` elements
+// (compressors/sparse_checks.h: the layout checks shared with the CUDA decoder, then the indices); writes nothing.
 void validate_index_value(const payload::View& view, std::string_view codec, std::size_t numel);
 
 // Validates an (index, value) payload of `codec` completely, then writes (or adds) its values into out[0, numel);

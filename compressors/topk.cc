@@ -7,20 +7,21 @@
 #include <optional>
 
 #include "compressors/error_feedback.h"
+#include "compressors/sparse_checks.h"
 #include "compressors/sparse_payload.h"
 #include "gradcomp/error.h"
 #include "kernels/cpu_parallel.h"
 #include "kernels/select_collect.h"
 #include "kernels/sparsify_ops.cuh"
 #include "kernels/stream_store.h"
-#include "kernels/topk_select.h"
+#include "compressors/topk_select.h"
 #include "kernels/wire_nan.cuh"
 
 namespace gradcomp {
 namespace {
 
 constexpr double kDefaultRatio = 0.01;
-constexpr std::size_t kMaxIndexable = static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max());
+using sparse::kMaxIndexable;
 
 std::vector<ParamSpec> topk_params() {
   auto params = lossy_common_params();
@@ -138,19 +139,7 @@ class TopKCompressor final : public ErrorFeedbackCompressor {
 
     // 1. A bound on the k-th largest |v| from a fixed sample (read before the pass: the in-place path overwrites r).
     std::uint32_t threshold = 0;
-    bool collect = k >= n;  // k >= n: everything is a candidate (threshold 0)
-    if (!collect) {
-      sample_keys_.resize(kernels::sample_count(n));
-      kernels::parallel_chunks(sample_keys_.size(), kernels::kParallelChunk, args.threads,
-                               [&](std::size_t, std::size_t begin, std::size_t end) {
-                                 for (std::size_t s = begin; s < end; ++s) {
-                                   const std::size_t i = kernels::sample_position(s, n);
-                                   const float v = residual ? kernels::ef_accumulate(residual[i], grad[i]) : grad[i];
-                                   sample_keys_[s] = kernels::magnitude_key(v);
-                                 }
-                               });
-      collect = kernels::sampled_lower_bound(sample_keys_, n, k, threshold);
-    }
+    bool collect = sampled_bound(grad, residual, n, k, args.threads, threshold);
 
     // 2. One pass: v = r + g -> next, non-finite count of g, and the candidates with |v| >= bound (or, without a
     //    usable bound, the key histogram of v).
@@ -177,23 +166,13 @@ class TopKCompressor final : public ErrorFeedbackCompressor {
     if (args.first_nonfinite != nullptr) *args.first_nonfinite = first_bad;
 
     // 3. Exact top-k among the candidates; the histogram select when there was no bound or too few reached it.
-    bool chosen = false;
-    if (collect) {
-      kernels::concat_candidates(parts_, candidates_);
-      if (candidates_.size() >= k) {
-        kernels::select_among_candidates(candidates_, k, chosen_);
-        chosen = true;
-      }
-    }
-    if (!chosen) {
-      kernels::select_topk(values, n, k, args.threads, selected_, collect || k >= n ? nullptr : &histogram_);
-      candidates_.index.assign(selected_.begin(), selected_.end());
-      candidates_.value.resize(selected_.size());
-      for (std::size_t j = 0; j < selected_.size(); ++j) candidates_.value[j] = values[selected_[j]];
-      chosen_.resize(selected_.size());
-      std::iota(chosen_.begin(), chosen_.end(), 0u);
-    }
+    choose(values, n, k, collect, args.threads);
+    return write_chosen(args, next, out, stats);
+  }
 
+  // Writes the payload of the chosen entries (chosen_ into candidates_) and their residual' = v - transmitted.
+  std::size_t write_chosen(const EncodeArgs& args, float* next, std::span<std::byte> out, CompressStats& stats) {
+    const std::size_t n = args.numel;
     const auto sections = sparse::write_index_value_header(payload::CodecId::kTopK, n, args.original_dtype,
                                                            chosen_.size(), type_, out);
     const float scale = args.ctx->prescale;
@@ -220,6 +199,42 @@ class TopKCompressor final : public ErrorFeedbackCompressor {
     stats.selected = chosen_.size();
     stats.saturated = saturated;
     return sections.total_bytes;
+  }
+
+  // Step 1 of encode(): true when every value with a key at least `threshold` (set here) is a candidate, from a
+  // fixed sample of v = r + g (k >= n: everything, threshold 0); false when the sample gives no usable bound.
+  bool sampled_bound(const float* grad, const float* residual, std::size_t n, std::size_t k, int threads,
+                     std::uint32_t& threshold) {
+    if (k >= n) return true;
+    sample_keys_.resize(kernels::sample_count(n));
+    kernels::parallel_chunks(sample_keys_.size(), kernels::kParallelChunk, threads,
+                             [&](std::size_t, std::size_t begin, std::size_t end) {
+                               for (std::size_t s = begin; s < end; ++s) {
+                                 const std::size_t i = kernels::sample_position(s, n);
+                                 const float v = residual ? kernels::ef_accumulate(residual[i], grad[i]) : grad[i];
+                                 sample_keys_[s] = kernels::magnitude_key(v);
+                               }
+                             });
+    return kernels::sampled_lower_bound(sample_keys_, n, k, threshold);
+  }
+
+  // Step 3 of encode(): the exact top k of `values` into chosen_ (positions in candidates_).
+  void choose(const float* values, std::size_t n, std::size_t k, bool collect, int threads) {
+    bool chosen = false;
+    if (collect) {
+      kernels::concat_candidates(parts_, candidates_);
+      if (candidates_.size() >= k) {
+        kernels::select_among_candidates(candidates_, k, chosen_);
+        chosen = true;
+      }
+    }
+    if (chosen) return;
+    kernels::select_topk(values, n, k, threads, selected_, collect || k >= n ? nullptr : &histogram_);
+    candidates_.index.assign(selected_.begin(), selected_.end());
+    candidates_.value.resize(selected_.size());
+    for (std::size_t j = 0; j < selected_.size(); ++j) candidates_.value[j] = values[selected_[j]];
+    chosen_.resize(selected_.size());
+    std::iota(chosen_.begin(), chosen_.end(), 0u);
   }
 
   void validate(const payload::View& view, std::size_t numel) const override {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/fnv1a.cuh"  // fnv1a64: the tensor key of a name
 #include "kernels/host_device.cuh"
 
 namespace gradcomp::kernels {
@@ -36,16 +37,6 @@ GRADCOMP_HOST_DEVICE Philox4 philox4x32_10(Philox4 counter, PhiloxKey key) {
     key.k1 += kWeyl1;
   }
   return counter;
-}
-
-// 64-bit FNV-1a of a byte string: the stable "tensor key" of a tensor name.
-GRADCOMP_HOST_DEVICE std::uint64_t fnv1a64(const char* data, std::uint64_t length) {
-  std::uint64_t hash = 0xcbf29ce484222325ull;
-  for (std::uint64_t i = 0; i < length; ++i) {
-    hash ^= static_cast<unsigned char>(data[i]);
-    hash *= 0x100000001b3ull;
-  }
-  return hash;
 }
 
 // The random stream of one (seed, tensor, step): block j yields the four draws of elements 4j .. 4j+3.

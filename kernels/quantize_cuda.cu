@@ -339,42 +339,6 @@ __global__ void set_flag_kernel(std::uint16_t* header_flags, const DeviceCounter
   if (counters->spare != 0) *header_flags = static_cast<std::uint16_t>(*header_flags | flag);
 }
 
-__global__ void check_scales_kernel(const std::byte* scales, std::size_t count, bool allow_nan, int* error_flag) {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < count;
-       i += std::size_t{gridDim.x} * blockDim.x) {
-    float s;
-    memcpy(&s, scales + i * sizeof(float), sizeof(float));
-    const bool ok = (s >= 0.0f && isfinite(s)) || (allow_nan && isnan(s));
-    if (!ok) atomicExch(error_flag, 1);  // any writer sets the same value: order does not matter
-  }
-}
-
-// One thread per group of 8 codes (a group never straddles buckets: buckets are multiples of 8).
-__global__ void __launch_bounds__(kThreads) quantize_decode_kernel(unsigned bits, bool onebit, std::size_t bucket,
-                                                                   const std::byte* scales,
-                                                                   const std::uint8_t* packed, float* out,
-                                                                   std::size_t n, bool accumulate) {
-  const std::size_t groups = (n + 7) / 8;
-  const std::uint32_t levels = onebit ? 1u : signmag_levels(bits);
-  for (std::size_t gi = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; gi < groups;
-       gi += std::size_t{gridDim.x} * blockDim.x) {
-    const std::size_t i0 = gi * 8;
-    float scale;
-    memcpy(&scale, scales + (i0 / bucket) * sizeof(float), sizeof(float));
-    const std::size_t valid = n - i0 < 8 ? n - i0 : 8;
-    std::uint8_t bytes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    const std::size_t count = static_cast<std::size_t>(packed_bytes(valid, bits));
-    for (std::size_t b = 0; b < count; ++b) bytes[b] = packed[gi * bits + b];
-    std::uint8_t codes[8];
-    unpack8(bytes, bits, codes);
-    const float unit = signmag_unit(scale, levels);
-    for (std::size_t j = 0; j < valid; ++j) {
-      const float value = onebit ? onebit_decode(codes[j], scale) : signmag_dequantize(codes[j], unit, bits);
-      out[i0 + j] = accumulate ? out[i0 + j] + value : value;
-    }
-  }
-}
-
 bool aligned16(const void* pointer) { return (reinterpret_cast<std::uintptr_t>(pointer) & 15u) == 0; }
 
 }  // namespace
@@ -413,23 +377,6 @@ void launch_quantize_encode(const QuantizeParams& p, const float* grad, const fl
                                                           nonfinite_flag);
   GRADCOMP_CUDA_LAUNCH_CHECK();
   chunk_quantize_kernel<<<blocks, kThreads, 0, stream>>>(p, grad, residual, residual_out, packed, n, vec, scale);
-  GRADCOMP_CUDA_LAUNCH_CHECK();
-}
-
-void launch_check_scales(const std::byte* scales, std::size_t count, bool allow_nan, int* error_flag,
-                         cudaStream_t stream) {
-  if (count == 0) return;
-  const unsigned grid = grid_for(count, kThreads, check_scales_kernel);
-  check_scales_kernel<<<grid, kThreads, 0, stream>>>(scales, count, allow_nan, error_flag);
-  GRADCOMP_CUDA_LAUNCH_CHECK();
-}
-
-void launch_quantize_decode(unsigned bits, bool onebit, std::size_t bucket, const std::byte* scales,
-                            const std::uint8_t* packed, float* out, std::size_t n, bool accumulate,
-                            cudaStream_t stream) {
-  if (n == 0) return;
-  const unsigned grid = grid_for((n + 7) / 8, kThreads, quantize_decode_kernel);
-  quantize_decode_kernel<<<grid, kThreads, 0, stream>>>(bits, onebit, bucket, scales, packed, out, n, accumulate);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
 

@@ -3,7 +3,7 @@
 
 #include "compressors/state_io.h"
 #include "gradcomp/error.h"
-#include "kernels/philox_ops.cuh"
+#include "kernels/fnv1a.cuh"
 #include "src/runtime/runtime_impl.h"
 
 namespace gradcomp {

@@ -13,7 +13,7 @@
 #include "gradcomp/compressor.h"
 #include "gradcomp/registry.h"
 #include "kernels/fp16_ops.cuh"
-#include "kernels/half_cpu.h"
+#include "compressors/half_cpu.h"
 #include "kernels/sparsify_ops.cuh"
 #include "kernels/wire_nan.cuh"
 #include "tests/gpu/parity_data.h"

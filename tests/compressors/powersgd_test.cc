@@ -153,7 +153,7 @@ TEST(PowerSgd, NonFinitePolicies) {
       FAIL() << "expected InvalidArgument";
     } catch (const InvalidArgument& e) {
       EXPECT_NE(std::string(e.what()).find("'w'"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("element 37"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("the first at index 37"), std::string::npos) << e.what();
     }
     EXPECT_EQ(codec->save_state(), before);
   }

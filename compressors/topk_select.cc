@@ -1,4 +1,4 @@
-#include "kernels/topk_select.h"
+#include "compressors/topk_select.h"
 
 #include <algorithm>
 #include <cmath>

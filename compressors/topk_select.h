@@ -86,4 +86,4 @@ void concat_candidates(const std::vector<Candidates>& parts, Candidates& out);
 
 }  // namespace gradcomp::kernels
 
-#include "kernels/topk_select_inl.h"
+#include "compressors/topk_select_inl.h"
