@@ -269,4 +269,6 @@ def _rendezvous_port():
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             return s.getsockname()[1]
-    return 20000 + int(hashlib.sha1(job.encode()).hexdigest(), 16) % 20000
+    # 20000-32767: below Linux's ephemeral range (32768-60999), where another process's outgoing connection may hold
+    # the port (seen as "Address already in use" between two back-to-back jobs).
+    return 20000 + int(hashlib.sha1(job.encode()).hexdigest(), 16) % 12768
