@@ -1,6 +1,5 @@
 """Runs the barrier stage from the driver with a bounded start: the job runs in a thread under its own job group,
 and the driver cancels it when its tasks have not all started within start_timeout seconds."""
-import threading
 import time
 import uuid
 

@@ -3,6 +3,8 @@ tasks that context can run at once (a barrier stage needs one slot per rank, all
 import os
 import sys
 
+from .._env import environ_scope
+
 
 def import_pyspark():
     """pyspark, or ImportError saying how to install it (and Java, which it needs)."""
@@ -30,20 +32,12 @@ def get_or_create_context(num_proc):
     # barrier tasks see (loopback: Spark would otherwise pick a network interface's address for a local master).
     scoped = {"PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON") or sys.executable,
               "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP") or "127.0.0.1"}
-    saved = {k: os.environ.get(k) for k in scoped}
-    os.environ.update(scoped)
-    try:
+    with environ_scope(scoped):
         spark = (SparkSession.builder.master(master).appName("gradcomp.spark")
                  .config("spark.driver.host", scoped["SPARK_LOCAL_IP"])
                  .config("spark.driver.bindAddress", scoped["SPARK_LOCAL_IP"])
                  .config("spark.ui.enabled", "false")
                  .getOrCreate())
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     return spark.sparkContext
 
 

@@ -2,12 +2,12 @@
 hosts from the barrier context, agrees on rank 0's port, sets the environment that torch.distributed's env://
 rendezvous and gradcomp.torch.init() read, runs the user's function, and leaves the Python worker as it found it
 (PySpark reuses workers for later tasks)."""
-import os
 import socket
 import sys
 import time
 import traceback
 
+from .._env import environ_scope
 from .errors import is_peer_failure, rank_failure_message
 
 # Seconds a rank whose fn failed with a communication error waits before reporting it (errors.is_peer_failure).
@@ -72,14 +72,10 @@ def make_task(fn, args, kwargs, user_env, backend, verbose):
         gpus = list(resources["gpu"].addresses) if "gpu" in resources else []
         env = rank_environment(rank, hosts, port, gpus, backend)
         env.update({k: str(v) for k, v in (user_env or {}).items()})
-        saved = {k: os.environ.get(k) for k in list(env) + list(_OTHER_LAUNCHERS)}
-        for k in _OTHER_LAUNCHERS:
-            os.environ.pop(k, None)
-        os.environ.update(env)
         if verbose >= 2:
             print(f"gradcomp.spark: rank {rank} of {len(hosts)} on {hosts[rank]}, rendezvous "
                   f"{hosts[0]}:{port}, process group {env['GRADCOMP_TORCH_PG']}", file=sys.stderr, flush=True)
-        try:
+        with environ_scope(env, unset=_OTHER_LAUNCHERS):
             try:
                 result = fn(*args, **kwargs)
             except BaseException as e:
@@ -90,12 +86,6 @@ def make_task(fn, args, kwargs, user_env, backend, verbose):
                 raise RuntimeError(rank_failure_message(rank, len(hosts), traceback.format_exc())) from None
             ctx.barrier()  # every rank is done with its collectives before any tears its process group down
             _release_process_group()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
         yield rank, result
 
     return task
