@@ -2,6 +2,7 @@
 // costs no collective before anyone joins, join() returns the rank that joined last, mismatches still fail.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -32,6 +33,24 @@ float value_of(int rank, int step, int tensor, std::size_t i) {
 }
 
 constexpr std::size_t kNumel = 300;
+
+// join()'s result on each rank of one run. Where the ranks' join() calls do not wait on each other they may land in
+// different cycles, so which rank joined last is not fixed; every rank must still return the same one.
+class JoinResults {
+ public:
+  explicit JoinResults(int size) : values_(static_cast<std::size_t>(size), -1) {}
+  void record(const Communicator& comm, int value) { values_[static_cast<std::size_t>(comm.rank())] = value; }
+  void expect_agreed_on_one_of(const std::vector<int>& allowed) const {
+    for (std::size_t r = 0; r < values_.size(); ++r) {
+      EXPECT_EQ(values_[r], values_[0]) << "rank " << r << " and rank 0 disagree on the last rank to join";
+    }
+    EXPECT_NE(std::find(allowed.begin(), allowed.end(), values_[0]), allowed.end())
+        << "join() returned " << values_[0];
+  }
+
+ private:
+  std::vector<int> values_;
+};
 
 // Rank r submits 2 + r steps of three tensors (fused), then joins; each step's result is the sum of the ranks still
 // stepping, divided by the world size (Horovod's join).
@@ -80,6 +99,7 @@ TEST(RuntimeJoin, JoinedRanksServeAnOwnersScope) {
 
 TEST(RuntimeJoin, NamesFirstSubmittedAfterAJoinAreNegotiated) {
   // Rank 0 joins before anything was submitted: the others' names are new (announced) and run without it.
+  JoinResults joined(3);
   run_ranks(3, [&](Communicator& comm) {
     Runtime rt(comm, join_options(0));
     if (comm.rank() != 0) {
@@ -87,23 +107,28 @@ TEST(RuntimeJoin, NamesFirstSubmittedAfterAJoinAreNegotiated) {
       rt.wait(rt.allreduce_async("fresh", TensorView::of(std::span<float>(x)), SubmitOptions{.op = ReduceOp::kSum}));
       for (float v : x) ASSERT_EQ(v, 3.0f);
     }
-    EXPECT_EQ(rt.join(), 2);  // ranks 1 and 2 join after rank 0
+    joined.record(comm, rt.join());
   });
+  joined.expect_agreed_on_one_of({1, 2});  // ranks 1 and 2 join after rank 0
 }
 
-TEST(RuntimeJoin, EveryRankJoiningAtOnceReturnsTheHighestAndJoinRepeats) {
+TEST(RuntimeJoin, EveryRankJoiningAtOnceAgreesOnTheLastAndJoinRepeats) {
+  JoinResults first(3), again(3);
   run_ranks(3, [&](Communicator& comm) {
     Runtime rt(comm, join_options(0));
-    EXPECT_EQ(rt.join(), 2);
-    EXPECT_EQ(rt.join(), 2);  // the flag was cleared everywhere at the same cycle
+    first.record(comm, rt.join());
+    again.record(comm, rt.join());  // the flag was cleared everywhere at the same cycle
     std::vector<float> x(8, 1.0f);
     rt.wait(rt.allreduce_async("after", TensorView::of(std::span<float>(x)), SubmitOptions{.op = ReduceOp::kSum}));
     for (float v : x) ASSERT_EQ(v, 3.0f);
   });
+  first.expect_agreed_on_one_of({0, 1, 2});
+  again.expect_agreed_on_one_of({0, 1, 2});
 }
 
 TEST(RuntimeJoin, NoCollectiveIsAddedUntilARankJoins) {
   // Steady state: one negotiation collective per cycle, announcements aside, with or without join support.
+  JoinResults joined(2);
   run_ranks(2, [&](Communicator& comm) {
     Runtime rt(comm, join_options(0));
     std::vector<float> x(kNumel, 1.0f);
@@ -113,11 +138,13 @@ TEST(RuntimeJoin, NoCollectiveIsAddedUntilARankJoins) {
     const RuntimeStats stats = rt.take_stats();
     EXPECT_EQ(stats.negotiation_collectives, stats.cycles);
     EXPECT_EQ(stats.messages, 20u);
-    EXPECT_EQ(rt.join(), 1);
+    joined.record(comm, rt.join());
   });
+  joined.expect_agreed_on_one_of({0, 1});
 }
 
 TEST(RuntimeJoin, MismatchAmongTheRanksNotJoinedStillFailsOnEach) {
+  JoinResults joined(3);
   run_ranks(3, [&](Communicator& comm) {
     Runtime rt(comm, join_options(0));
     if (comm.rank() != 0) {
@@ -132,8 +159,9 @@ TEST(RuntimeJoin, MismatchAmongTheRanksNotJoinedStillFailsOnEach) {
         EXPECT_NE(message.find("rank 2 has f32[12]"), std::string::npos) << message;
       }
     }
-    EXPECT_EQ(rt.join(), 2);
+    joined.record(comm, rt.join());
   });
+  joined.expect_agreed_on_one_of({0, 1, 2});
 }
 
 }  // namespace
