@@ -1,5 +1,5 @@
 // Per-element math of the dense codecs on the CUDA path (none = 0, fp16 = 1, bf16 = 2). The fp16/bf16 rounding and
-// saturation are kernels/fp16_ops.cuh's (the functions the CPU loops in compressors/half_cpu.h call), composed exactly
+// saturation are kernels/fp16_ops.cuh's (the functions the CPU loops in compressors/codecs/half_cpu.h call), composed exactly
 // as
 // half_encode_scalar does:  v = g + r;  x = v * prescale;  wire = encode(x);  r' = v - decode(wire) / prescale.
 // NaN on the wire is kernels/wire_nan.cuh's one pattern (the GPU's own arithmetic NaN is 0x7FFFFFFF).

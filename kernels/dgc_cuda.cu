@@ -1,4 +1,4 @@
-// DGC's CUDA kernels (Lin et al. 2018; compressors/dgc.cc is the CPU reference, matched bit for bit): the local
+// DGC's CUDA kernels (Lin et al. 2018; compressors/codecs/dgc.cc is the CPU reference, matched bit for bit): the local
 // clipping norm, the momentum-corrected accumulation and the stratified sample of the threshold. Declared in
 // kernels/sparse_cuda.h with the other sparsifiers' launchers; the selection itself is sparse_cuda.cu's radix select.
 #include "kernels/common_cuda.h"

@@ -14,7 +14,7 @@ namespace {
 constexpr unsigned kThreads = 256;
 constexpr unsigned kWarps = kThreads / 32;
 
-// ---- element loops (the host loops of compressors/lowrank_ops_cpu.cc: the same kernels/lowrank_ops.cuh functions) --
+// ---- element loops (the host loops of compressors/codecs/lowrank_ops_cpu.cc: the same kernels/lowrank_ops.cuh functions) --
 
 __global__ void __launch_bounds__(kThreads) add_kernel(float* y, const float* x, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;

@@ -1,5 +1,5 @@
-// Launchers of the CUDA kernels behind compressors/lowrank_ops_cuda.cc (the CUDA LowRankOps of PowerSGD): element
-// loops over kernels/lowrank_ops.cuh's functions, which the host loops (compressors/lowrank_ops_cpu.cc) call too, so
+// Launchers of the CUDA kernels behind compressors/cuda/lowrank_ops_cuda.cc (the CUDA LowRankOps of PowerSGD): element
+// loops over kernels/lowrank_ops.cuh's functions, which the host loops (compressors/codecs/lowrank_ops_cpu.cc) call too, so
 // both give the same bits; the k == 1 matrix product (an outer product, likewise); Gram-Schmidt over a few long rows;
 // and the NaN/Inf search. Every launcher enqueues on `stream`, allocates nothing and checks cudaPeekAtLastError
 // after each launch; none synchronizes. CUDA builds only.

@@ -1,5 +1,5 @@
-// Per-element math of PowerSGD's LowRankOps (compressors/lowrank_ops.h), identical on host and device: the host loops
-// (compressors/lowrank_ops_cpu.cc) and the CUDA kernels (kernels/lowrank_cuda.cu) both call these functions, so the
+// Per-element math of PowerSGD's LowRankOps (compressors/codecs/lowrank_ops.h), identical on host and device: the host loops
+// (compressors/codecs/lowrank_ops_cpu.cc) and the CUDA kernels (kernels/lowrank_cuda.cu) both call these functions, so the
 // element-wise operations give the same bits in both spaces (both sides are compiled without FMA contraction, see
 // CMakeLists.txt). The matrix products other than k == 1 (BLAS, cuBLAS) and the Gram-Schmidt variants are not
 // element math and differ within rounding (kernels/lowrank_cuda.h).

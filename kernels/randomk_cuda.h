@@ -1,4 +1,4 @@
-// Random-k's positions on the device (CUDA builds only): the k ascending indices that compressors/randomk.cc's
+// Random-k's positions on the device (CUDA builds only): the k ascending indices that compressors/codecs/randomk.cc's
 // randomk_indices() draws on the host with Floyd's algorithm, decided in parallel by kernels/randomk_ops.cuh (the
 // draws, a CUB radix sort of them by value, one decision per candidate, a CUB stable selection). The same bits on
 // both, so ranks agree without sending indices and the device never waits for the host. Two-phase workspace.

@@ -1,4 +1,4 @@
-// Random-k's positions in parallel: the exact set Floyd's algorithm picks (compressors/randomk.cc, randomk_indices),
+// Random-k's positions in parallel: the exact set Floyd's algorithm picks (compressors/codecs/randomk.cc, randomk_indices),
 // decided element by element, so the device computes it without a sequential pass and the host and the device agree
 // bit for bit.
 //

@@ -70,7 +70,7 @@ void launch_block_gather(const float* values, const std::int32_t* ids, std::size
 void launch_block_scatter(const std::int32_t* ids, std::size_t count, std::size_t block, std::size_t n,
                           const float* body, float* out, bool accumulate, cudaStream_t stream);
 
-// DGC (Lin et al. 2018) pieces, matching compressors/dgc.cc bit for bit.
+// DGC (Lin et al. 2018) pieces, matching compressors/codecs/dgc.cc bit for bit.
 // Local clipping factor: ||g||_2 from per-64K-chunk double sums (sequential within a chunk) combined in chunk order;
 // writes scale = clip / norm when norm > clip, else 1, to *scale_out (device). `partial` holds one double per chunk.
 void launch_dgc_clip_scale(const float* grad, std::size_t n, double clip, double* partial, float* scale_out,
@@ -80,7 +80,7 @@ void launch_dgc_clip_scale(const float* grad, std::size_t n, double clip, double
 void launch_dgc_accumulate(const float* grad, const float* scale, const float* u, const float* v, float* u_out,
                            float* v_out, std::size_t n, float momentum, bool nesterov, DeviceCounters* counters,
                            cudaStream_t stream);
-// compressors/dgc.cc's stratified sample: in each 64K chunk c (begin = c * 65536, length L), draws j < ceil(sample*L)
+// compressors/codecs/dgc.cc's stratified sample: in each 64K chunk c (begin = c * 65536, length L), draws j < ceil(sample*L)
 // take keys[c * full_draws + j] = magnitude_key(v[begin + uniform_below32(stream.bits(begin + j), L)]), as float bit
 // patterns; `samples` is the total number of draws.
 void launch_dgc_sample(const float* v, std::size_t n, const PhiloxStream& stream, std::size_t full_draws,

@@ -1,5 +1,5 @@
 // Per-element math of the sparsifying codecs (topk, randomk, blocktopk, dgc), shared by the CPU loops
-// (compressors/topk_select.cc, compressors/*.cc) and the CUDA kernels: one truth for both.
+// (compressors/codecs/topk_select.cc, compressors/*.cc) and the CUDA kernels: one truth for both.
 //
 // Selection order. Every sparsifier ranks elements by a 32-bit *magnitude key*: the IEEE bits of |x| (sign cleared).
 // For non-NaN floats this order equals the order of |x|; NaN (only reachable with nonfinite=pass) ranks above +inf,

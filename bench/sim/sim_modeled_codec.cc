@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "compressors/payload.h"
+#include "compressors/framework/payload.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
 

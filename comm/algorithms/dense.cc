@@ -8,7 +8,7 @@
 
 #include "comm/algorithms/algorithms.h"
 #include "comm/owned_buffer_allreduce.h"
-#include "compressors/payload.h"
+#include "compressors/framework/payload.h"
 #include "gradcomp/error.h"
 
 namespace gradcomp::algorithms {

@@ -124,7 +124,7 @@ class Compressor {
 
   // Upper bound, in bytes, of the payload of a call over `numel` elements made of `segments`
   // (CompressContext::segments; empty = one tensor). Codecs that encode each segment as its own payload inside a
-  // segmented container (compressors/segmented_payload.h) need more than max_payload_bytes(numel); callers size
+  // segmented container (compressors/framework/segmented_payload.h) need more than max_payload_bytes(numel); callers size
   // compress() buffers with this. The default is max_payload_bytes(numel).
   virtual std::size_t payload_bound(std::size_t numel, std::span<const TensorSegment> segments) const;
 

@@ -1,4 +1,4 @@
-"""A read-only view of a C++ codec's state bytes (``Compressor._state_bytes()``: compressors/state_io.h's "GCST"
+"""A read-only view of a C++ codec's state bytes (``Compressor._state_bytes()``: compressors/framework/state_io.h's "GCST"
 envelope: u32 magic, u16 version, codec name, u64 record count, then per tensor: name, numel, steps, float buffers,
 double scalars; little-endian). The codec itself loads them; this reader exists so that Python can say what a state
 holds without loading it: which tensors, how many values, and the residual's size and norm (buffer 0 of an

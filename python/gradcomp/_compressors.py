@@ -11,7 +11,7 @@ from . import _gradcomp as _C
 from . import _state
 from ._gradcomp import InvalidArgument
 
-# Size of the payload header that precedes section 0 (the dense body of a summable codec); see compressors/payload.h.
+# Size of the payload header that precedes section 0 (the dense body of a summable codec); see compressors/framework/payload.h.
 PAYLOAD_HEADER_BYTES = 64
 
 # The documented rule for codec names, ASCII only (str.islower() would let "ñame" through).

@@ -1,7 +1,7 @@
 // Runtime::save_state / load_state: this rank's compression state in a versioned, checksummed envelope.
 #include <fmt/format.h>
 
-#include "compressors/state_io.h"
+#include "compressors/framework/state_io.h"
 #include "gradcomp/error.h"
 #include "kernels/fnv1a.cuh"
 #include "src/runtime/runtime_impl.h"

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "comm/algorithms/memory_space.h"
-#include "compressors/error_feedback.h"
+#include "compressors/framework/error_feedback.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
 #include "src/runtime/locked_compressor.h"

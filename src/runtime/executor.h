@@ -21,7 +21,7 @@
 #include "gradcomp/collectives.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/compressor.h"
-#include "compressors/state_io.h"
+#include "compressors/framework/state_io.h"
 #include "gradcomp/runtime.h"
 #include "src/runtime/fusion.h"
 #include "src/runtime/timeline.h"

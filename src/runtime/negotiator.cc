@@ -6,7 +6,7 @@
 #include <bit>
 #include <cstring>
 
-#include "compressors/state_io.h"
+#include "compressors/framework/state_io.h"
 #include "gradcomp/error.h"
 
 namespace gradcomp::runtime {

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "compressors/state_io.h"
+#include "compressors/framework/state_io.h"
 #include "gradcomp/collectives.h"
 #include "gradcomp/registry.h"
 #include "tests/comm/allreduce_check.h"

@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "compressors/payload.h"
+#include "compressors/framework/payload.h"
 #include "gradcomp/compressor.h"
 #include "gradcomp/registry.h"
 #include "kernels/fp16_ops.cuh"
-#include "compressors/half_cpu.h"
+#include "compressors/codecs/half_cpu.h"
 #include "kernels/sparsify_ops.cuh"
 #include "kernels/wire_nan.cuh"
 #include "tests/gpu/parity_data.h"

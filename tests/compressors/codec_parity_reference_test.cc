@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
-#include "compressors/dgc.h"
-#include "compressors/error_feedback.h"
-#include "compressors/payload.h"
+#include "compressors/codecs/dgc.h"
+#include "compressors/framework/error_feedback.h"
+#include "compressors/framework/payload.h"
 #include "gradcomp/compressor.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"

@@ -1,13 +1,13 @@
 // One codec table, one parsed spec: the registry's kinds, payload ids and names, and the CUDA backends come from
-// compressors/codec_table.cc; a spec is parsed once into a CompressorSpec whose canonical string is the compressor's
+// compressors/framework/codec_table.cc; a spec is parsed once into a CompressorSpec whose canonical string is the compressor's
 // own spec(), and equivalent spellings are one spec.
 #include <gtest/gtest.h>
 
 #include <set>
 #include <string>
 
-#include "compressors/codec_table.h"
-#include "compressors/payload.h"
+#include "compressors/framework/codec_table.h"
+#include "compressors/framework/payload.h"
 #include "gradcomp/config.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"

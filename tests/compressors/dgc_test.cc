@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "compressors/dgc.h"
+#include "compressors/codecs/dgc.h"
 #include "sparse_test_util.h"
 
 namespace gradcomp::testing {

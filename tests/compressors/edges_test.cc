@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "compressors/error_feedback.h"
+#include "compressors/framework/error_feedback.h"
 #include "gradcomp/compressor.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
@@ -63,7 +63,7 @@ TEST(NoneDecoder, UnknownHeaderFlagsAreCorruption) {
   EXPECT_EQ(decode(*codec, payload, grad.size()), grad);
   for (const std::uint16_t flags : {std::uint16_t{0x1}, std::uint16_t{0x2}, std::uint16_t{0x8000}}) {
     auto bad = payload;
-    std::memcpy(bad.data() + 18, &flags, sizeof(flags));  // header offset 18: u16 flags (compressors/payload.h)
+    std::memcpy(bad.data() + 18, &flags, sizeof(flags));  // header offset 18: u16 flags (compressors/framework/payload.h)
     std::vector<float> out(grad.size(), 7.0f);
     EXPECT_THROW(codec->decompress(bad, TensorView::of(std::span(out)), DecodeMode::kOverwrite), CorruptPayload)
         << "flags " << flags;

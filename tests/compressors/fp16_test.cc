@@ -7,7 +7,7 @@
 #include <random>
 
 #include "kernels/fp16_ops.cuh"
-#include "compressors/half_cpu.h"
+#include "compressors/codecs/half_cpu.h"
 #include "quantizer_checks.h"
 
 namespace gradcomp::testing {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "compressors/error_feedback.h"
+#include "compressors/framework/error_feedback.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
 

@@ -6,7 +6,7 @@
 #include <limits>
 #include <vector>
 
-#include "compressors/state_io.h"
+#include "compressors/framework/state_io.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
 #include "kernels/half_ops.cuh"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "compressors/quantize_common.h"
+#include "compressors/codecs/quantize_common.h"
 #include "kernels/bitpack_ops.cuh"
 #include "kernels/philox_cpu.h"
 #include "kernels/qsgd_ops.cuh"

@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "compressors/error_feedback.h"
-#include "compressors/payload.h"
+#include "compressors/framework/error_feedback.h"
+#include "compressors/framework/payload.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
 

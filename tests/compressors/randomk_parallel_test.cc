@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "compressors/randomk.h"
+#include "compressors/codecs/randomk.h"
 #include "kernels/randomk_ops.cuh"
 
 namespace gradcomp {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "compressors/randomk.h"
+#include "compressors/codecs/randomk.h"
 #include "kernels/philox_ops.cuh"
 #include "kernels/sparsify_ops.cuh"
 #include "sparse_test_util.h"

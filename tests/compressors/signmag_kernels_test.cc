@@ -1,4 +1,4 @@
-// The CPU sign-magnitude kernels (compressors/signmag_cpu.h, philox_cpu.h, bucket_reduce.h) against the scalar
+// The CPU sign-magnitude kernels (compressors/codecs/signmag_cpu.h, philox_cpu.h, bucket_reduce.h) against the scalar
 // per-element functions of kernels/*_ops.cuh, bit for bit: every width, with and without a residual, in place and
 // ping-pong, plain and non-temporal stores at 16- and 32-byte alignment, ranges with tails, and edge-case scales. The
 // AVX2 fast paths (2- and 4-bit codes, 64 values per step) must give exactly what the CUDA kernels compute.
@@ -17,7 +17,7 @@
 #include "kernels/bucket_reduce.h"
 #include "kernels/philox_cpu.h"
 #include "kernels/qsgd_ops.cuh"
-#include "compressors/signmag_cpu.h"
+#include "compressors/codecs/signmag_cpu.h"
 #include "kernels/stream_store.h"
 
 namespace gradcomp::kernels {

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <numeric>
 
-#include "compressors/payload.h"
+#include "compressors/framework/payload.h"
 #include "kernels/half_ops.cuh"
 #include "kernels/sparsify_ops.cuh"
-#include "compressors/topk_select.h"
+#include "compressors/codecs/topk_select.h"
 #include "sparse_test_util.h"
 
 namespace gradcomp::testing {
@@ -75,7 +75,7 @@ TEST(TopK, MultiChunkTensorMatchesReferenceAndThreadCount) {
   expect_thread_independent("topk:ratio=0.003", n, 2);
 }
 
-// The sampled bound (compressors/topk_select.h) only speeds the selection up: a layout that fools the sample (every
+// The sampled bound (compressors/codecs/topk_select.h) only speeds the selection up: a layout that fools the sample (every
 // sampled position holds a large value, the true top-k lies mostly elsewhere) must still give the exact top-k through
 // the fallback, and ties at the bound (all-equal or all-zero tensors) the lowest indices.
 TEST(TopK, SampledBoundFallbackAndTiesStayExact) {

@@ -3,7 +3,7 @@
 #include <cstring>
 #include <vector>
 
-#include "compressors/payload.h"
+#include "compressors/framework/payload.h"
 #include "gradcomp/error.h"
 
 namespace gradcomp::payload {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "compressors/payload.h"
+#include "compressors/framework/payload.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
 #include "kernels/half_ops.cuh"

@@ -1,6 +1,6 @@
 // Corrupt payloads of the sparse codecs and the CorruptPayload message each must be refused with: the same message
 // from the CPU decoder (tests/compressors/payload_checks_test.cc, every build) and from the CUDA decoder
-// (tests/gpu/payload_checks_gpu_test.cc), since both run the checks of compressors/sparse_checks.h.
+// (tests/gpu/payload_checks_gpu_test.cc), since both run the checks of compressors/framework/sparse_checks.h.
 #pragma once
 
 #include <cstddef>
@@ -13,7 +13,7 @@
 
 #include <fmt/format.h>
 
-#include "compressors/payload.h"
+#include "compressors/framework/payload.h"
 #include "gradcomp/compressor.h"
 #include "gradcomp/registry.h"
 

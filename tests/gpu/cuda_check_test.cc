@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "compressors/payload.h"
+#include "compressors/framework/payload.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
 #include "kernels/cuda_check.h"

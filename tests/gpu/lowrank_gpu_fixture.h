@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "compressors/lowrank_ops.h"
+#include "compressors/codecs/lowrank_ops.h"
 #include "gradcomp/error.h"
 #include "gradcomp/tensor.h"
 #include "kernels/half_ops.cuh"

@@ -1,4 +1,4 @@
-// The CUDA LowRankOps (compressors/lowrank_ops_cuda.cc) against the host ones (host_lowrank_ops(1)), operation by
+// The CUDA LowRankOps (compressors/cuda/lowrank_ops_cuda.cc) against the host ones (host_lowrank_ops(1)), operation by
 // operation, on the same data, on a non-blocking stream.
 //
 // Bits: copy, fill_zero, load_f32, zero_nonfinite, count_nonfinite and fill_random give the host's bits exactly;

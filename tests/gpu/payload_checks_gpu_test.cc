@@ -1,4 +1,4 @@
-// Payload validation is written once (compressors/sparse_checks.h): every corrupt payload of
+// Payload validation is written once (compressors/framework/sparse_checks.h): every corrupt payload of
 // tests/gpu/corrupt_payloads.h is refused by the CUDA decoder with the very message the CPU decoder gives
 // (tests/compressors/payload_checks_test.cc is the CPU half), and the device output is left untouched.
 #include <gtest/gtest.h>

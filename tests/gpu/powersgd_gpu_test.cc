@@ -1,4 +1,4 @@
-// PowerSGD on CUDA tensors (the step of compressors/powersgd_step.cc over cuda_lowrank_ops), ranks as threads on one
+// PowerSGD on CUDA tensors (the step of compressors/codecs/powersgd_step.cc over cuda_lowrank_ops), ranks as threads on one
 // GPU over in-process communicators that take device memory (testing::through_host), against the same calls on
 // host tensors (host_lowrank_ops):
 //   (a) compressed_allreduce on 1 and 4 ranks, 3 steps (warm start, error feedback) of one fused call made of two
@@ -35,7 +35,7 @@
 #include <fmt/format.h>
 
 #include "tests/comm/through_host.h"
-#include "compressors/state_io.h"
+#include "compressors/framework/state_io.h"
 #include "gradcomp/collectives.h"
 #include "gradcomp/registry.h"
 #include "kernels/half_ops.cuh"
