@@ -6,12 +6,12 @@
 # Targets of the build step: the library, the tests that use the GPU, the benches, the Python module. (The CPU halves
 # of the gpu tests run in every CI build: scripts/test.sh, label cpu.)
 TARGETS=(gradcomp cuda_check_test codec_parity_gpu_test stream_order_gpu_test device_path_gpu_test
-         lowrank_ops_gpu_test lowrank_products_gpu_test powersgd_gpu_test nccl_communicator_gpu_test
+         lowrank_ops_gpu_test lowrank_products_gpu_test powersgd_gpu_test nccl_communicator_gpu_test payload_checks_gpu_test
          compressors_bench_cuda device_path_bench _gradcomp)
 # The gpu step: each test and its own timeout (seconds).
 GPU_TESTS=("cuda_check_test 30" "codec_parity_gpu_test 150" "stream_order_gpu_test 60" "device_path_gpu_test 120"
            "lowrank_ops_gpu_test 60" "lowrank_products_gpu_test 60" "powersgd_gpu_test 120"
-           "nccl_communicator_gpu_test 90")
+           "nccl_communicator_gpu_test 90" "payload_checks_gpu_test 60")
 MPIRUN_FLAGS=(--allow-run-as-root --oversubscribe --mca plm isolated --mca btl self,tcp --mca pml ob1
               --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -x PYTHONPATH -x LD_LIBRARY_PATH -x OPAL_PREFIX
               -x PMIX_MCA_mca_base_component_path -x GRADCOMP_DEVICE_COMM)
