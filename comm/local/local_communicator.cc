@@ -15,6 +15,7 @@
 
 #include "comm/comm_env.h"
 #include "comm/host_reduce.h"
+#include "comm/timed_communicator.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/error.h"
 
@@ -137,20 +138,15 @@ class LocalGroup {
   std::string reason_;
 };
 
-class LocalCommunicator final : public Communicator {
+class LocalCommunicator final : public comm::TimedCommunicator {
  public:
   LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank, std::chrono::milliseconds timeout)
-      : group_(std::move(group)), rank_(rank), timeout_(timeout) {}
+      : TimedCommunicator(timeout), group_(std::move(group)), rank_(rank) {}
   ~LocalCommunicator() override { group_->depart(rank_); }
 
   int rank() const override { return rank_; }
   int size() const override { return group_->size(); }
   std::string backend() const override { return "local"; }
-  std::chrono::milliseconds timeout() const override { return timeout_; }
-  void set_timeout(std::chrono::milliseconds timeout) override {
-    GRADCOMP_CHECK(timeout.count() > 0, "local communicator: timeout must be positive, got {} ms", timeout.count());
-    timeout_ = timeout;
-  }
 
   void allreduce(const TensorView& inout, ReduceOp op) override {
     require_memory(Memory::of(inout), "allreduce");
@@ -340,7 +336,6 @@ class LocalCommunicator final : public Communicator {
 
   std::shared_ptr<LocalGroup> group_;
   int rank_;
-  std::chrono::milliseconds timeout_;
   std::vector<std::byte> scratch_;
 };
 

@@ -20,6 +20,7 @@
 
 #include "comm/comm_env.h"
 #include "comm/host_reduce.h"
+#include "comm/timed_communicator.h"
 #include "comm/mpi/mpi_family.h"
 #include "comm/mpi/mpi_ring.h"
 #include "comm/owned_buffer_allreduce.h"
@@ -44,13 +45,13 @@ void copy_bytes(void* to, const void* from, std::size_t bytes) {
   if (bytes > 0) std::memcpy(to, from, bytes);
 }
 
-class MpiCommunicator final : public Communicator, public OwnedBufferAllreduce {
+class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBufferAllreduce {
  public:
   // `comm` is the family's root (not freed here) or a communicator split from a member (freed here while unbroken).
   MpiCommunicator(MPI_Comm comm, std::shared_ptr<mpi::MpiFamily> family, std::chrono::milliseconds timeout)
-      : comm_(comm),
+      : TimedCommunicator(timeout),
+        comm_(comm),
         family_(std::move(family)),
-        timeout_(timeout),
         ring_min_bytes_(mpi::ring_min_bytes_from_env()),
         ops_(std::make_shared<OpBuffers>()) {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -67,11 +68,6 @@ class MpiCommunicator final : public Communicator, public OwnedBufferAllreduce {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
-  std::chrono::milliseconds timeout() const override { return timeout_; }
-  void set_timeout(std::chrono::milliseconds timeout) override {
-    GRADCOMP_CHECK(timeout.count() > 0, "mpi communicator: timeout must be positive, got {} ms", timeout.count());
-    timeout_ = timeout;
-  }
 
   void allreduce(const TensorView& inout, ReduceOp op) override {
     require_memory(Memory::of(inout), "allreduce");
@@ -368,7 +364,6 @@ class MpiCommunicator final : public Communicator, public OwnedBufferAllreduce {
   std::shared_ptr<mpi::MpiFamily> family_;
   int rank_ = 0, size_ = 1;
   bool owns_comm_ = false;
-  std::chrono::milliseconds timeout_;
   std::size_t ring_min_bytes_;
   std::optional<bool> ring_layout_;  // ring_suits_layout(), once known
   std::optional<int> node_color_;

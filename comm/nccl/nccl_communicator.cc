@@ -23,6 +23,7 @@
 
 #include "comm/comm_env.h"
 #include "comm/host_reduce.h"
+#include "comm/timed_communicator.h"
 #include "comm/nccl/nccl_staging.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/error.h"
@@ -54,10 +55,10 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
-class NcclCommunicator final : public Communicator {
+class NcclCommunicator final : public comm::TimedCommunicator {
  public:
   NcclCommunicator(ncclComm_t comm, int device, std::chrono::milliseconds timeout)
-      : comm_(comm), device_(device), timeout_(timeout) {
+      : TimedCommunicator(timeout), comm_(comm), device_(device) {
     ncclCommUserRank(comm_, &rank_);
     ncclCommCount(comm_, &size_);
     GRADCOMP_CUDA_CHECK_IN(cudaSetDevice(device_), fmt::format("nccl communicator rank {}", rank_).c_str());
@@ -98,11 +99,6 @@ class NcclCommunicator final : public Communicator {
   std::string backend() const override { return "nccl"; }
   // Its own CUDA device, and host memory (staged: the negotiation's and the algorithms' small messages).
   bool takes(Device device) const override { return device.is_cpu() || device == Device::cuda(device_); }
-  std::chrono::milliseconds timeout() const override { return timeout_; }
-  void set_timeout(std::chrono::milliseconds timeout) override {
-    GRADCOMP_CHECK(timeout.count() > 0, "nccl communicator: timeout must be positive, got {} ms", timeout.count());
-    timeout_ = timeout;
-  }
 
   void allreduce(const TensorView& inout, ReduceOp op) override {
     require_memory(Memory::of(inout), "allreduce");
@@ -312,7 +308,6 @@ class NcclCommunicator final : public Communicator {
 
   ncclComm_t comm_;
   int device_;
-  std::chrono::milliseconds timeout_;
   int rank_ = 0, size_ = 1;
   cudaStream_t stream_ = nullptr;
   kernels::StreamMark produced_;  // the producer's stream, where an allreduce's tensor is ready
