@@ -11,49 +11,37 @@
 
 namespace gradcomp::kernels {
 
-void* DeviceBuffer::reserve(std::size_t bytes) {
+template <CudaBlockKind Kind>
+void* CudaBlock<Kind>::reserve(std::size_t bytes) {
   if (bytes <= bytes_) return data_;
   release();
   void* data = nullptr;
-  GRADCOMP_CUDA_CHECK(cudaMalloc(&data, bytes));
+  if constexpr (Kind == CudaBlockKind::kDevice) {
+    GRADCOMP_CUDA_CHECK(cudaMalloc(&data, bytes));
+  } else {
+    GRADCOMP_CUDA_CHECK(cudaMallocHost(&data, bytes));
+  }
   note_allocation();
   data_ = data;
   bytes_ = bytes;
   return data_;
 }
 
-void DeviceBuffer::release() noexcept {
-  if (data_) (void)cudaFree(data_);
+template <CudaBlockKind Kind>
+void CudaBlock<Kind>::release() noexcept {
+  if (data_) (void)(Kind == CudaBlockKind::kDevice ? cudaFree(data_) : cudaFreeHost(data_));
   data_ = nullptr;
   bytes_ = 0;
 }
 
-void DeviceBuffer::swap(DeviceBuffer& other) noexcept {
+template <CudaBlockKind Kind>
+void CudaBlock<Kind>::swap(CudaBlock& other) noexcept {
   std::swap(data_, other.data_);
   std::swap(bytes_, other.bytes_);
 }
 
-void* PinnedBuffer::reserve(std::size_t bytes) {
-  if (bytes <= bytes_) return data_;
-  release();
-  void* data = nullptr;
-  GRADCOMP_CUDA_CHECK(cudaMallocHost(&data, bytes));
-  note_allocation();
-  data_ = data;
-  bytes_ = bytes;
-  return data_;
-}
-
-void PinnedBuffer::release() noexcept {
-  if (data_) (void)cudaFreeHost(data_);
-  data_ = nullptr;
-  bytes_ = 0;
-}
-
-void PinnedBuffer::swap(PinnedBuffer& other) noexcept {
-  std::swap(data_, other.data_);
-  std::swap(bytes_, other.bytes_);
-}
+template class CudaBlock<CudaBlockKind::kDevice>;
+template class CudaBlock<CudaBlockKind::kPinnedHost>;
 
 StreamMark::~StreamMark() {
   if (event_) (void)cudaEventDestroy(event_);

@@ -18,30 +18,34 @@ class DeviceGuard {
   DeviceScope scope_;
 };
 
-// A cudaMalloc'd block on one device, freed by the destructor. Move-only. reserve() only ever grows it, so a
-// workspace sized once by the largest request is never reallocated on later calls (no cudaMalloc on the hot path);
-// each growth is counted (kernels/usage_counters.h).
-class DeviceBuffer {
+// Where a CudaBlock's memory comes from: device memory (cudaMalloc) or page-locked host memory (cudaMallocHost).
+enum class CudaBlockKind { kDevice, kPinnedHost };
+
+// A block of `Kind` memory, freed by the destructor. Move-only. reserve() only ever grows it, so a workspace sized once
+// by the largest request is never reallocated on later calls (no allocation on the hot path); each growth is counted
+// (kernels/usage_counters.h).
+template <CudaBlockKind Kind>
+class CudaBlock {
  public:
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t bytes) { reserve(bytes); }
-  ~DeviceBuffer() { release(); }
-  DeviceBuffer(DeviceBuffer&& other) noexcept { swap(other); }
-  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+  CudaBlock() = default;
+  explicit CudaBlock(std::size_t bytes) { reserve(bytes); }
+  ~CudaBlock() { release(); }
+  CudaBlock(CudaBlock&& other) noexcept { swap(other); }
+  CudaBlock& operator=(CudaBlock&& other) noexcept {
     if (this != &other) {
       release();
       swap(other);
     }
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  CudaBlock(const CudaBlock&) = delete;
+  CudaBlock& operator=(const CudaBlock&) = delete;
 
-  // Ensures at least `bytes` bytes on the current device; when it must grow, the old contents are lost. Returns
-  // data(). Throws CudaError when cudaMalloc fails.
+  // Ensures at least `bytes` bytes (on the current device for kDevice); when it must grow, the old contents are lost.
+  // Returns data(). Throws CudaError when the allocation fails.
   void* reserve(std::size_t bytes);
   void release() noexcept;
-  void swap(DeviceBuffer& other) noexcept;
+  void swap(CudaBlock& other) noexcept;
 
   void* data() const { return data_; }
   template <typename T>
@@ -55,38 +59,15 @@ class DeviceBuffer {
   std::size_t bytes_ = 0;
 };
 
-// Page-locked host memory (cudaMallocHost), freed by the destructor. Move-only; reserve() only ever grows it. A
-// host-to-device cudaMemcpyAsync from it is truly asynchronous, so the owner must not rewrite the bytes before the
-// copy has run (the CUDA path reuses it only after a stream synchronization).
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() { release(); }
-  PinnedBuffer(PinnedBuffer&& other) noexcept { swap(other); }
-  PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
-    if (this != &other) {
-      release();
-      swap(other);
-    }
-    return *this;
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+// A cudaMalloc'd block on one device.
+using DeviceBuffer = CudaBlock<CudaBlockKind::kDevice>;
+// Page-locked host memory (cudaMallocHost). A host-to-device cudaMemcpyAsync from it is truly asynchronous, so the
+// owner must not rewrite the bytes before the copy has run (the CUDA path reuses it only after a stream
+// synchronization).
+using PinnedBuffer = CudaBlock<CudaBlockKind::kPinnedHost>;
 
-  // Ensures at least `bytes` bytes; when it must grow, the old contents are lost. Throws CudaError on failure.
-  void* reserve(std::size_t bytes);
-  void release() noexcept;
-  void swap(PinnedBuffer& other) noexcept;
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-  std::size_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  std::size_t bytes_ = 0;
-};
+extern template class CudaBlock<CudaBlockKind::kDevice>;
+extern template class CudaBlock<CudaBlockKind::kPinnedHost>;
 
 // A CUDA event (timing disabled) that marks where a stream last used a resource, so that work on another stream, or
 // the host, waits for exactly that point. Created lazily on the current device by the first record(). Move-only.
