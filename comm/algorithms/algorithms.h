@@ -75,6 +75,10 @@ std::vector<std::size_t> padded_counts(std::span<const std::size_t> sizes);
 Bytes compress_part(Call& call, const TensorView& part, std::string_view name, float prescale,
                     std::span<const TensorSegment> segments = {});
 
+// compress_part of the call's whole tensor under call.name with the call's segments (no prescale); its size is
+// counted in stats.payload_bytes.
+Bytes compress_own(Call& call);
+
 // Allgatherv of every rank's `payload` (from compress_part, in call.space) into one buffer of call.space, each rank's
 // in a padded slot (kPayloadAlign): returns it and fills `sizes` (payload bytes per rank). Synchronizes the space
 // first, so the communicator sees finished payloads.

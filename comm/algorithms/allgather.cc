@@ -7,14 +7,13 @@
 namespace gradcomp::algorithms {
 
 void run_allgather(Call& call) {
-  const int n = call.comm.size();
-  const std::size_t numel = call.tensor.numel();
-  Bytes payload = compress_part(call, call.tensor, call.name, 1.0f, call.options.segments);
-  call.stats.payload_bytes = payload.size();
+  Bytes payload = compress_own(call);
   std::vector<std::size_t> sizes;
   const Bytes gathered = allgather_payloads(call, payload, sizes);
 
   Stopwatch watch(call.stats.decompress_s);
+  const int n = call.comm.size();
+  const std::size_t numel = call.tensor.numel();
   Bytes holder(0);
   float* sum = f32_sum_buffer(call, holder);
   const TensorView sum_view = call.space.view(sum, numel, DType::kF32);

@@ -82,6 +82,12 @@ void decode_in_rank_order(Call& call, std::span<const std::byte> all, std::span<
   call.compressor.decompress_sum(payloads, sum, DecodeMode::kOverwrite);
 }
 
+Bytes compress_own(Call& call) {
+  Bytes payload = compress_part(call, call.tensor, call.name, 1.0f, call.options.segments);
+  call.stats.payload_bytes = payload.size();
+  return payload;
+}
+
 float* f32_sum_buffer(Call& call, Bytes& holder) {
   if (call.tensor.dtype() == DType::kF32) return static_cast<float*>(call.tensor.data());
   holder = call.space.allocate(call.tensor.numel() * sizeof(float));

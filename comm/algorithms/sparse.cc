@@ -18,8 +18,7 @@ namespace gradcomp::algorithms {
 void run_sparse(Call& call) {
   const int n = call.comm.size();
   const std::size_t numel = call.tensor.numel();
-  Bytes payload = compress_part(call, call.tensor, call.name, 1.0f, call.options.segments);
-  call.stats.payload_bytes = payload.size();
+  Bytes payload = compress_own(call);
 
   std::vector<std::uint64_t> sizes;
   {
