@@ -116,9 +116,7 @@ class BucketQuantizer final : public ErrorFeedbackCompressor {
       encode_buckets(pass);
     }
     for (const auto flag : pass.bad) header.flags |= flag ? kFlagNonFinite : 0;
-    const auto tally = combine_nonfinite(pass.bad_count, pass.bad_first, n);
-    stats.nonfinite = tally.count;
-    if (args.first_nonfinite) *args.first_nonfinite = tally.first;
+    report_nonfinite(pass.bad_count, pass.bad_first, n, stats, args.first_nonfinite);
     stats.selected = n;
     return payload::write_header(header, out);
   }

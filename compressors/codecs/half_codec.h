@@ -64,9 +64,7 @@ class HalfCodec final : public ErrorFeedbackCompressor {
                                }
                              });
     for (const auto count : saturated) stats.saturated += count;
-    const auto tally = quantize::combine_nonfinite(bad_count, bad_first, args.numel);
-    stats.nonfinite = tally.count;
-    if (args.first_nonfinite) *args.first_nonfinite = tally.first;
+    quantize::report_nonfinite(bad_count, bad_first, args.numel, stats, args.first_nonfinite);
     stats.selected = args.numel;
     return size;
   }

@@ -55,9 +55,7 @@ class NoneCompressor final : public ErrorFeedbackCompressor {
                                  kernels::canonicalize_nans(body + begin, end - begin);
                                }
                              });
-    const auto tally = quantize::combine_nonfinite(bad_count, bad_first, args.numel);
-    stats.nonfinite = tally.count;
-    if (args.first_nonfinite) *args.first_nonfinite = tally.first;
+    quantize::report_nonfinite(bad_count, bad_first, args.numel, stats, args.first_nonfinite);
     stats.selected = args.numel;
     return size;
   }

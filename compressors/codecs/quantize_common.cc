@@ -11,14 +11,16 @@
 
 namespace gradcomp::quantize {
 
-NonFiniteTally combine_nonfinite(std::span<const std::size_t> chunk_counts, std::span<const std::size_t> chunk_firsts,
-                                 std::size_t numel) {
-  NonFiniteTally tally{0, numel};
+void report_nonfinite(std::span<const std::size_t> chunk_counts, std::span<const std::size_t> chunk_firsts,
+                      std::size_t numel, CompressStats& stats, std::size_t* first_nonfinite) {
+  std::size_t count = 0;
+  std::size_t first = numel;
   for (std::size_t k = 0; k < chunk_counts.size(); ++k) {
-    tally.count += chunk_counts[k];
-    tally.first = std::min(tally.first, chunk_firsts[k]);
+    count += chunk_counts[k];
+    first = std::min(first, chunk_firsts[k]);
   }
-  return tally;
+  stats.nonfinite = count;
+  if (first_nonfinite) *first_nonfinite = first;
 }
 
 std::size_t bucket_chunk(std::size_t bucket) {

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "compressors/framework/payload.h"
+#include "gradcomp/compressor.h"
 #include "gradcomp/registry.h"
 
 namespace gradcomp::quantize {
@@ -16,13 +17,10 @@ namespace gradcomp::quantize {
 inline constexpr std::uint16_t kFlagNonFinite = 1;
 
 // Per-chunk non-finite findings of a fused encode pass, combined in chunk order (so the totals do not depend on the
-// thread count): total count into `count`, smallest index (or `numel` when none) into `first`.
-struct NonFiniteTally {
-  std::size_t count = 0;
-  std::size_t first = 0;
-};
-NonFiniteTally combine_nonfinite(std::span<const std::size_t> chunk_counts, std::span<const std::size_t> chunk_firsts,
-                                 std::size_t numel);
+// thread count): the total count into stats.nonfinite and, when `first_nonfinite` is not null, the smallest index
+// (or `numel` when none) into *first_nonfinite.
+void report_nonfinite(std::span<const std::size_t> chunk_counts, std::span<const std::size_t> chunk_firsts,
+                      std::size_t numel, CompressStats& stats, std::size_t* first_nonfinite);
 
 // Number of buckets of `bucket` elements covering `numel` (the last one may be partial).
 constexpr std::size_t bucket_count(std::size_t numel, std::size_t bucket) { return (numel + bucket - 1) / bucket; }
