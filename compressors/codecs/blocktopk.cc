@@ -21,7 +21,6 @@ namespace {
 // < ceil(numel / block); section 1 = the f32 values of those blocks, concatenated in id order (the last block of the
 // tensor contributes numel - id*block values).
 using sparse::kMaxBlock;
-using sparse::kMaxIndexable;
 
 std::vector<ParamSpec> blocktopk_params() {
   auto params = lossy_common_params();
@@ -45,10 +44,7 @@ class BlockTopKCompressor final : public ErrorFeedbackCompressor {
   std::size_t max_payload_bytes(std::size_t numel) const override {
     // Checked here, before anything is allocated: compress() asks for this bound before it creates any state (a
     // 2^31-element tensor with ef=on used to allocate its residual first), and callers size buffers with it.
-    GRADCOMP_CHECK(numel <= kMaxIndexable,
-                   "compressor 'blocktopk': {} elements exceed its int32 index limit of {} (split the tensor or use a "
-                   "dense codec)",
-                   numel, kMaxIndexable);
+    sparse::check_index_limit("blocktopk", numel);
     const std::size_t kb = kernels::k_of_ratio(ratio_, block_count(numel, block_));
     return payload::kHeaderBytes + payload::align_up(kb * sizeof(std::int32_t)) +
            std::min(kb * block_, numel) * sizeof(float);
@@ -57,8 +53,7 @@ class BlockTopKCompressor final : public ErrorFeedbackCompressor {
  protected:
   std::size_t encode(const EncodeArgs& args, std::span<std::byte> out, CompressStats& stats) override {
     const std::size_t n = args.numel;
-    GRADCOMP_CHECK(n <= kMaxIndexable, "compressor 'blocktopk': tensor '{}' has {} elements (at most {} supported)",
-                   args.ctx->name, n, kMaxIndexable);
+    sparse::check_indexable("blocktopk", args.ctx->name, n);
     const std::size_t blocks = block_count(n, block_);
     const std::size_t kb = kernels::k_of_ratio(ratio_, blocks);
     // Pass 1 (fused with error feedback): squared L2 norm of each block, summed in element order in f32 with fused

@@ -22,7 +22,6 @@
 namespace gradcomp {
 namespace {
 
-using sparse::kMaxIndexable;
 // Below this many sample positions the threshold estimate is too noisy to be worth it: select exactly instead.
 constexpr std::size_t kMinSample = 1024;
 constexpr double kTolerance = 0.3;  // accept the sampled threshold when the count is within +-30% of k
@@ -96,10 +95,7 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
   std::size_t max_payload_bytes(std::size_t numel) const override {
     // Checked here, before anything is allocated: compress() asks for this bound before it creates any state (a
     // 2^31-element tensor with ef=on used to allocate its residual first), and callers size buffers with it.
-    GRADCOMP_CHECK(numel <= kMaxIndexable,
-                   "compressor 'dgc': {} elements exceed its int32 index limit of {} (split the tensor or use a "
-                   "dense codec)",
-                   numel, kMaxIndexable);
+    sparse::check_index_limit("dgc", numel);
     const double densest = kernels::dgc_density(0, warmup_steps_, ratio_);
     const std::size_t k = kernels::k_of_ratio(densest, numel);
     const std::size_t bound = std::min<std::size_t>(numel, k + static_cast<std::size_t>(kTolerance * k) + 1);
@@ -111,8 +107,7 @@ class DgcCompressor final : public ErrorFeedbackCompressor {
 
   std::size_t encode(const EncodeArgs& args, std::span<std::byte> out, CompressStats& stats) override {
     const std::size_t n = args.numel;
-    GRADCOMP_CHECK(n <= kMaxIndexable, "compressor 'dgc': tensor '{}' has {} elements (at most {} supported)",
-                   args.ctx->name, n, kMaxIndexable);
+    sparse::check_indexable("dgc", args.ctx->name, n);
     TensorState& state = *args.state;
     float* v = args.residual;
     if (v == nullptr) {  // the non-finite "skip" path encodes zeros against throw-away state

@@ -23,7 +23,6 @@ namespace {
 // Payload: header param0 = 0, param1 = k; section 0 = four u64 {seed, tensor_key, step, k}; section 1 = k f32 values
 // in ascending index order.
 constexpr std::size_t kStreamSectionBytes = sparse::kRandomKStreamBytes;
-using sparse::kMaxIndexable;
 
 std::vector<ParamSpec> randomk_params() {
   auto params = lossy_common_params();
@@ -73,10 +72,7 @@ class RandomKCompressor final : public ErrorFeedbackCompressor {
   std::size_t max_payload_bytes(std::size_t numel) const override {
     // Checked here, before anything is allocated: compress() asks for this bound before it creates any state (a
     // 2^31-element tensor with ef=on used to allocate its residual first), and callers size buffers with it.
-    GRADCOMP_CHECK(numel <= kMaxIndexable,
-                   "compressor 'randomk': {} elements exceed its int32 index limit of {} (split the tensor or use a "
-                   "dense codec)",
-                   numel, kMaxIndexable);
+    sparse::check_index_limit("randomk", numel);
     const std::size_t k = kernels::k_of_ratio(ratio_, numel);
     return payload::kHeaderBytes + kStreamSectionBytes + k * sizeof(float);
   }
@@ -87,8 +83,7 @@ class RandomKCompressor final : public ErrorFeedbackCompressor {
 
   std::size_t encode(const EncodeArgs& args, std::span<std::byte> out, CompressStats& stats) override {
     const std::size_t n = args.numel;
-    GRADCOMP_CHECK(n <= kMaxIndexable, "compressor 'randomk': tensor '{}' has {} elements (at most {} supported)",
-                   args.ctx->name, n, kMaxIndexable);
+    sparse::check_indexable("randomk", args.ctx->name, n);
     const std::size_t k = kernels::k_of_ratio(ratio_, n);
     indices_for(seed_, args.tensor_key, args.ctx->step, n, k);
 

@@ -113,10 +113,7 @@ class TopKCompressor final : public ErrorFeedbackCompressor {
   std::size_t max_payload_bytes(std::size_t numel) const override {
     // Checked here, before anything is allocated: compress() asks for this bound before it creates any state (a
     // 2^31-element tensor with ef=on used to allocate its residual first), and callers size buffers with it.
-    GRADCOMP_CHECK(numel <= kMaxIndexable,
-                   "compressor 'topk': {} elements exceed its int32 index limit of {} (split the tensor or use a "
-                   "dense codec)",
-                   numel, kMaxIndexable);
+    sparse::check_index_limit("topk", numel);
     return sparse::index_value_bytes(k_for(numel), type_);
   }
 
@@ -127,8 +124,7 @@ class TopKCompressor final : public ErrorFeedbackCompressor {
 
   std::size_t encode(const EncodeArgs& args, std::span<std::byte> out, CompressStats& stats) override {
     const std::size_t n = args.numel;
-    GRADCOMP_CHECK(n <= kMaxIndexable, "compressor 'topk': tensor '{}' has {} elements; int32 indices address at most {}",
-                   args.ctx->name, n, kMaxIndexable);
+    sparse::check_indexable("topk", args.ctx->name, n);
     const std::size_t k = k_for(n);
     const float* grad = args.grad;
     const float* residual = args.residual;

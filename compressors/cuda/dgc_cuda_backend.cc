@@ -22,7 +22,6 @@
 namespace gradcomp {
 namespace {
 
-using sparse::kMaxIndexable;
 
 using sparse::index_value_header;
 
@@ -40,8 +39,7 @@ class DgcCudaCodec final : public CudaCodec {
 
   std::size_t encode(const CudaEncodeArgs& args, std::byte* out, CompressStats& stats) override {
     const std::size_t n = args.numel;
-    GRADCOMP_CHECK(n <= kMaxIndexable, "compressor 'dgc': tensor '{}' has {} elements (at most {} supported)",
-                   args.ctx->name, n, kMaxIndexable);
+    sparse::check_indexable("dgc", args.ctx->name, n);
     TensorState& state = *args.state;
     const Layout l = layout(n);
     auto* base = static_cast<std::byte*>(args.workspace);

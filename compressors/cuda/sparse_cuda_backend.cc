@@ -29,10 +29,7 @@
 namespace gradcomp {
 namespace {
 
-using sparse::kMaxIndexable;
-
 using sparse::index_value_header;
-
 
 class TopKCudaCodec final : public CudaCodec {
  public:
@@ -44,8 +41,7 @@ class TopKCudaCodec final : public CudaCodec {
 
   std::size_t encode(const CudaEncodeArgs& args, std::byte* out, CompressStats& stats) override {
     const std::size_t n = args.numel;
-    GRADCOMP_CHECK(n <= kMaxIndexable, "compressor 'topk': tensor '{}' has {} elements; int32 indices address at most {}",
-                   args.ctx->name, n, kMaxIndexable);
+    sparse::check_indexable("topk", args.ctx->name, n);
     const std::size_t k = k_for(n);
     const payload::Header header = index_value_header(payload::CodecId::kTopK, n, args.original_dtype, k, type_);
     write_header_device(header, out, args.stream);
@@ -96,8 +92,7 @@ class RandomKCudaCodec final : public CudaCodec {
 
   std::size_t encode(const CudaEncodeArgs& args, std::byte* out, CompressStats& stats) override {
     const std::size_t n = args.numel;
-    GRADCOMP_CHECK(n <= kMaxIndexable, "compressor 'randomk': tensor '{}' has {} elements (at most {} supported)",
-                   args.ctx->name, n, kMaxIndexable);
+    sparse::check_indexable("randomk", args.ctx->name, n);
     const std::size_t k = kernels::k_of_ratio(ratio_, n);
     const payload::Header header = sparse::randomk_header(n, args.original_dtype, k);
     write_header_device(header, out, args.stream);
@@ -180,8 +175,7 @@ class BlockTopKCudaCodec final : public CudaCodec {
 
   std::size_t encode(const CudaEncodeArgs& args, std::byte* out, CompressStats& stats) override {
     const std::size_t n = args.numel;
-    GRADCOMP_CHECK(n <= kMaxIndexable, "compressor 'blocktopk': tensor '{}' has {} elements (at most {} supported)",
-                   args.ctx->name, n, kMaxIndexable);
+    sparse::check_indexable("blocktopk", args.ctx->name, n);
     const std::size_t blocks = block_count(n);
     const std::size_t kb = kernels::k_of_ratio(ratio_, blocks);
     auto* base = static_cast<std::byte*>(args.workspace);

@@ -7,6 +7,18 @@
 
 namespace gradcomp::sparse {
 
+void check_index_limit(std::string_view codec, std::size_t numel) {
+  GRADCOMP_CHECK(numel <= kMaxIndexable,
+                 "compressor '{}': {} elements exceed its int32 index limit of {} (split the tensor or use a "
+                 "dense codec)",
+                 codec, numel, kMaxIndexable);
+}
+
+void check_indexable(std::string_view codec, std::string_view tensor, std::size_t numel) {
+  GRADCOMP_CHECK(numel <= kMaxIndexable, "compressor '{}': tensor '{}' has {} elements (at most {} supported)", codec,
+                 tensor, numel, kMaxIndexable);
+}
+
 std::size_t check_index_value_layout(const payload::View& view, std::string_view codec, std::size_t numel) {
   const payload::Header& header = view.header;
   GRADCOMP_CHECK_AS(CorruptPayload, header.section_count == 2 && header.flags == 0,

@@ -21,6 +21,11 @@ inline constexpr std::uint64_t kMaxIndexable = 2147483647u;
 // Largest blocktopk block (its parameter's bound).
 inline constexpr std::uint64_t kMaxBlock = std::uint64_t{1} << 24;
 
+// The sparse encoders' size guards (CPU and CUDA alike), InvalidArgument unless `numel` <= kMaxIndexable:
+// check_index_limit before anything is allocated (max_payload_bytes), check_indexable naming the tensor (encode).
+void check_index_limit(std::string_view codec, std::size_t numel);
+void check_indexable(std::string_view codec, std::string_view tensor, std::size_t numel);
+
 // An (index, value) payload of `codec` (topk, dgc) for `numel` elements: 2 sections, flags 0, value type f32 or
 // f16, whole int32 indices, k <= numel matching the header, k values. Returns k.
 std::size_t check_index_value_layout(const payload::View& view, std::string_view codec, std::size_t numel);
