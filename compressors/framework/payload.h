@@ -21,18 +21,13 @@
 namespace gradcomp::payload {
 
 enum class CodecId : std::uint16_t {
-  kNone = 1,
-  kFp16 = 2,
-  kBf16 = 3,
-  kQsgd = 4,
-  kTernGrad = 5,
-  kOneBit = 6,
-  kTopK = 7,
-  kRandomK = 8,
-  kBlockTopK = 9,
-  kDgc = 10,
-  kPowerSgd = 11,
-  kCustom = 100,
+  // clang-format off
+  kNone = 1, kFp16 = 2, kBf16 = 3,                        // dense
+  kQsgd = 4, kTernGrad = 5, kOneBit = 6,                  // quantizers
+  kTopK = 7, kRandomK = 8, kBlockTopK = 9, kDgc = 10,     // sparsifiers
+  kPowerSgd = 11,                                         // low rank
+  kCustom = 100,                                          // a codec registered by a user
+  // clang-format on
 };
 
 inline constexpr std::uint32_t kMagic = 0x31504347u;  // "GCP1"
