@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "compressors/framework/ef_flow.h"
 #include "compressors/framework/error_feedback.h"
 #include "compressors/codecs/lowrank_ops.h"
 #include "gradcomp/compressor.h"
@@ -110,8 +111,12 @@ class Step {
   void prepare_state(Block& block);
   void scan_uncompressed(const CompressContext& ctx);
   // The non-finite policy for `count` NaN/Inf in a block (first at `first` of `values`): raise throws naming it.
+  // Through the verdicts every codec's flow uses (compressors/framework/ef_flow.h).
   void apply_policy(Block& block, std::size_t count, std::size_t first, const float* values,
                     const CompressContext& ctx);
+  // The kept blocks' states made current (pass: non-finite residual entries reset) and their steps counted, through
+  // SegmentVerdicts::commit.
+  void commit_states();
   void build_round1(const CompressContext& ctx);
   void average_q();
 
@@ -125,6 +130,8 @@ class Step {
   int world_size_ = 1;
   bool compress_ = true;  // false before start_step
   std::vector<Block> blocks_;
+  std::vector<TensorSegment> segments_;     // one per block (names viewing the blocks'), for verdicts_
+  std::optional<SegmentVerdicts> verdicts_;  // made after plan()
   float* round1_ = nullptr;
   float* round2_ = nullptr;
   std::size_t round1_size_ = 0, round2_size_ = 0;

@@ -68,6 +68,10 @@ Step::Step(const Options& options, StateMap& states, Scratch& scratch, LowRankOp
   compress_ = ctx.step >= options.start_step;
   try {
     plan(tensor, ctx);
+    for (const Block& b : blocks_) {
+      segments_.push_back(TensorSegment{b.name, b.offset, b.numel, b.start, b.total, b.rows, b.step});
+    }
+    verdicts_.emplace("powersgd", options_.nonfinite, segments_);
     scan_uncompressed(ctx);
     for (Block& block : blocks_) {
       if (block.rank > 0) prepare_state(block);
@@ -147,16 +151,14 @@ void Step::scan_uncompressed(const CompressContext& ctx) {
 
 void Step::apply_policy(Block& block, std::size_t count, std::size_t first, const float* values,
                         const CompressContext& ctx) {
-  if (count == 0) return;
-  if (options_.nonfinite == NonFinitePolicy::kRaise) {
+  const auto s = static_cast<std::size_t>(&block - blocks_.data());
+  verdicts_->note(s, count, ctx, [&] {
     float value = 0.0f;
     ops_.download(&value, values + first, 1);
-    const TensorSegment segment{block.name, block.offset, block.numel, block.start, block.total, block.rows,
-                                block.step};
-    throw_nonfinite("powersgd", ctx, segment, count, first, value);  // the message every codec gives
-  }
-  block.skipped = options_.nonfinite == NonFinitePolicy::kSkip;
-  block.nonfinite = true;
+    return std::pair{first, value};
+  });
+  block.skipped = verdicts_->zero(s);
+  block.nonfinite = verdicts_->zero(s) || verdicts_->dirty(s);
 }
 
 void Step::prepare_state(Block& block) {
@@ -304,9 +306,37 @@ void Step::complete(std::optional<bool> average) {
     if (out != nullptr && tensor_.dtype() != DType::kF32) {
       ops_.store_f32(out, 1.0f, tensor_, block.offset, block.numel, false);
     }
-    if (residual != nullptr && block.nonfinite) ops_.zero_nonfinite(residual, block.numel);
-    if (!block.skipped) ++state.steps;
   }
+  commit_states();
+}
+
+namespace {
+
+// PowerSGD's side of the commit: reconstruct() has written a kept block's new residual in place; nonfinite=pass
+// resets its non-finite entries.
+class ResidualCommit final : public StateCommit {
+ public:
+  ResidualCommit(LowRankOps& ops, const std::vector<Block>& blocks, bool ef) : ops_(ops), blocks_(blocks), ef_(ef) {}
+  void commit(std::size_t s, bool dirty) override {
+    const Block& block = blocks_[s];
+    if (dirty && ef_ && block.rank > 0) ops_.zero_nonfinite(block.state->residual.data(), block.numel);
+  }
+
+ private:
+  LowRankOps& ops_;
+  const std::vector<Block>& blocks_;
+  bool ef_;
+};
+
+}  // namespace
+
+void Step::commit_states() {
+  std::vector<std::uint64_t*> steps(blocks_.size(), nullptr);
+  for (std::size_t b = 0; b < blocks_.size(); ++b) {
+    if (blocks_[b].rank > 0) steps[b] = &blocks_[b].state->steps;
+  }
+  ResidualCommit store(ops_, blocks_, options_.ef);
+  verdicts_->commit(store, steps);
 }
 
 }  // namespace gradcomp::powersgd

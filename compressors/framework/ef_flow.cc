@@ -18,7 +18,7 @@ class Flow {
  public:
   Flow(const FlowCall& call, SegmentStore& store, CompressStats& stats)
       : call_(call), store_(store), stats_(stats), counts_(store.counts_in_encode()),
-        zero_(call.segments.size(), 0), dirty_(call.segments.size(), 0), encoded_(call.segments.size(), 0),
+        verdicts_(call.codec_name, call.policy, call.segments), encoded_(call.segments.size(), 0),
         scalars_before_(call.segments.size()) {}
 
   // nonfinite policy before any state changes, for a store that does not count in encode().
@@ -29,8 +29,7 @@ class Flow {
       const std::size_t bad = store_.scan(s, first);
       if (bad == 0) continue;
       stats_.nonfinite += bad;
-      if (call_.policy == NonFinitePolicy::kRaise) raise(s, bad, first);
-      (call_.policy == NonFinitePolicy::kSkip ? zero_ : dirty_)[s] = 1;
+      verdicts_.note(s, bad, *call_.ctx, locate(s, first));
     }
   }
 
@@ -39,20 +38,18 @@ class Flow {
     CompressStats part;
     std::size_t first = call_.segments[s].numel;
     if (counts_) scalars_before_[s] = call_.states[s]->scalars;
-    std::size_t size = store_.encode(s, zero_[s], slot, part, first);
+    std::size_t size = store_.encode(s, verdicts_.zero(s), slot, part, first);
     if (counts_ && part.nonfinite > 0) {
       stats_.nonfinite += part.nonfinite;
-      if (call_.policy == NonFinitePolicy::kPass) {
-        dirty_[s] = 1;
-      } else {
+      if (call_.policy != NonFinitePolicy::kPass) {
+        // The step is not kept: the codec's scalars go back (raise: every encoded segment's).
         call_.states[s]->scalars = scalars_before_[s];
-        if (call_.policy == NonFinitePolicy::kRaise) {
-          for (std::size_t t = 0; t < call_.segments.size(); ++t) {
-            if (encoded_[t]) call_.states[t]->scalars = scalars_before_[t];
-          }
-          raise(s, part.nonfinite, first);
+        for (std::size_t t = 0; t < call_.segments.size() && call_.policy == NonFinitePolicy::kRaise; ++t) {
+          if (encoded_[t]) call_.states[t]->scalars = scalars_before_[t];
         }
-        zero_[s] = 1;
+      }
+      verdicts_.note(s, part.nonfinite, *call_.ctx, locate(s, first));
+      if (verdicts_.zero(s)) {
         part = CompressStats{};
         size = store_.encode(s, true, slot, part, first);
       }
@@ -103,28 +100,22 @@ class Flow {
 
   // The new state of every segment that took its step; a tensor's step counts once, also when split into chunks.
   void commit() {
-    for (std::size_t s = 0; s < call_.segments.size(); ++s) {
-      if (zero_[s]) {
-        stats_.skipped = true;
-        continue;
-      }
-      store_.commit(s, dirty_[s] != 0);
-      if (call_.segments[s].start == 0) ++call_.states[s]->steps;
-    }
-    store_.finish(stats_.skipped);
+    std::vector<std::uint64_t*> steps(call_.segments.size());
+    for (std::size_t s = 0; s < steps.size(); ++s) steps[s] = &call_.states[s]->steps;
+    if (verdicts_.commit(store_, steps)) stats_.skipped = true;
   }
 
  private:
-  [[noreturn]] void raise(std::size_t s, std::size_t count, std::size_t first) {
-    const auto [index, value] = store_.first_nonfinite(s, first);
-    throw_nonfinite(call_.codec_name, *call_.ctx, call_.segments[s], count, index, value);
+  SegmentVerdicts::Locate locate(std::size_t s, std::size_t first) {
+    return [this, s, first] { return store_.first_nonfinite(s, first); };
   }
 
   const FlowCall& call_;
   SegmentStore& store_;
   CompressStats& stats_;
   const bool counts_;
-  std::vector<char> zero_, dirty_, encoded_;
+  SegmentVerdicts verdicts_;
+  std::vector<char> encoded_;
   std::vector<std::vector<double>> scalars_before_;
 };
 
@@ -147,6 +138,32 @@ std::size_t compress_segments(const FlowCall& call, SegmentStore& store, std::sp
   flow.commit();
   stats.payload_bytes = size;
   return size;
+}
+
+SegmentVerdicts::SegmentVerdicts(std::string_view codec, NonFinitePolicy policy, std::span<const TensorSegment> segments)
+    : codec_(codec), policy_(policy), segments_(segments), zero_(segments.size(), 0), dirty_(segments.size(), 0) {}
+
+void SegmentVerdicts::note(std::size_t s, std::size_t count, const CompressContext& ctx, const Locate& locate) {
+  if (count == 0) return;
+  if (policy_ == NonFinitePolicy::kRaise) {
+    const auto [index, value] = locate();
+    throw_nonfinite(codec_, ctx, segments_[s], count, index, value);
+  }
+  (policy_ == NonFinitePolicy::kSkip ? zero_ : dirty_)[s] = 1;
+}
+
+bool SegmentVerdicts::commit(StateCommit& store, std::span<std::uint64_t* const> steps) const {
+  bool any_skipped = false;
+  for (std::size_t s = 0; s < segments_.size(); ++s) {
+    if (zero_[s]) {
+      any_skipped = true;
+      continue;
+    }
+    store.commit(s, dirty_[s] != 0);
+    if (segments_[s].start == 0 && steps[s] != nullptr) ++*steps[s];
+  }
+  store.finish(any_skipped);
+  return any_skipped;
 }
 
 void throw_nonfinite(std::string_view codec, const CompressContext& ctx, const TensorSegment& segment,

@@ -7,8 +7,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "compressors/framework/error_feedback.h"
@@ -17,10 +20,20 @@
 
 namespace gradcomp {
 
-// The segments of one call in one memory space: their gradient values, their state buffers, the output bytes.
-class SegmentStore {
+// Where a call's new error-feedback state becomes current: the last stage of every codec's flow (the segment stores
+// below, and PowerSGD's step, compressors/codecs/powersgd_step.cc).
+class StateCommit {
  public:
-  virtual ~SegmentStore() = default;
+  virtual ~StateCommit() = default;
+  // Makes segment s's encoded state current (and resets its non-finite entries when `dirty`: nonfinite=pass).
+  virtual void commit(std::size_t s, bool dirty) = 0;
+  // Called once after every commit.
+  virtual void finish(bool any_skipped) { (void)any_skipped; }
+};
+
+// The segments of one call in one memory space: their gradient values, their state buffers, the output bytes.
+class SegmentStore : public StateCommit {
+ public:
   // True when encode() counts the gradient's non-finite values itself (CompressStats::nonfinite) and writes the new
   // state aside, so that commit() alone makes it current; false: the flow calls scan() first, and encode() updates
   // the state in place.
@@ -38,10 +51,34 @@ class SegmentStore {
   // Writes host bytes to the output memory at `dst`, and zeroes `n` output bytes at `dst`.
   virtual void write(std::byte* dst, std::span<const std::byte> bytes) = 0;
   virtual void fill_zero(std::byte* dst, std::size_t n) = 0;
-  // Makes segment s's encoded state current (and resets its non-finite entries when `dirty`: nonfinite=pass).
-  virtual void commit(std::size_t s, bool dirty) = 0;
-  // Called once after every commit.
-  virtual void finish(bool any_skipped) { (void)any_skipped; }
+};
+
+// The error-feedback decisions of one call's segments, written once for every codec (compress_segments() below and
+// PowerSGD's step): the non-finite policy per segment and the commit of the segments that took their step.
+class SegmentVerdicts {
+ public:
+  // The first non-finite value of a segment: its index within the segment and its value (asked only to raise).
+  using Locate = std::function<std::pair<std::size_t, float>()>;
+
+  // `segments` must outlive this object.
+  SegmentVerdicts(std::string_view codec, NonFinitePolicy policy, std::span<const TensorSegment> segments);
+
+  // `count` NaN/Inf found in segment s of a call of `ctx`: raise throws throw_nonfinite()'s message (no state has
+  // changed), skip makes the segment zero (it sends zeros, its state stays), pass makes it dirty. count 0: nothing.
+  void note(std::size_t s, std::size_t count, const CompressContext& ctx, const Locate& locate);
+  bool zero(std::size_t s) const { return zero_[s] != 0; }
+  bool dirty(std::size_t s) const { return dirty_[s] != 0; }
+
+  // Commits every segment that was not zeroed through `store` (dirty as noted) and counts its tensor's step once
+  // (in *steps[s] when the segment starts its tensor; a null entry: a segment without state); then store.finish().
+  // Returns whether any segment was skipped.
+  bool commit(StateCommit& store, std::span<std::uint64_t* const> steps) const;
+
+ private:
+  std::string_view codec_;
+  NonFinitePolicy policy_;
+  std::span<const TensorSegment> segments_;
+  std::vector<char> zero_, dirty_;
 };
 
 // What the flow needs to know of the codec and the call.
