@@ -20,11 +20,13 @@
 
 namespace gradcomp {
 
-// An owned, uninitialized array of floats in one space (host or one CUDA device). Move-only.
+// An owned, uninitialized array of floats in one space (host, device -1, or one CUDA device), released by
+// `release(data, device)`: the buffer knows where it lives, so nothing asks the driver. Move-only.
 class FloatBuffer {
  public:
   FloatBuffer() = default;
-  FloatBuffer(float* data, std::size_t size, void (*release)(float*)) : data_(data), size_(size), release_(release) {}
+  FloatBuffer(float* data, std::size_t size, int device, void (*release)(float*, int))
+      : data_(data), size_(size), device_(device), release_(release) {}
   FloatBuffer(FloatBuffer&& other) noexcept { swap(other); }
   FloatBuffer& operator=(FloatBuffer&& other) noexcept {
     if (this != &other) {
@@ -43,18 +45,20 @@ class FloatBuffer {
 
  private:
   void reset() {
-    if (data_ && release_) release_(data_);
+    if (data_ && release_) release_(data_, device_);
     data_ = nullptr;
     size_ = 0;
   }
   void swap(FloatBuffer& other) noexcept {
     std::swap(data_, other.data_);
     std::swap(size_, other.size_);
+    std::swap(device_, other.device_);
     std::swap(release_, other.release_);
   }
   float* data_ = nullptr;
   std::size_t size_ = 0;
-  void (*release_)(float*) = nullptr;
+  int device_ = -1;
+  void (*release_)(float*, int) = nullptr;
 };
 
 class LowRankOps {
@@ -69,9 +73,8 @@ class LowRankOps {
   virtual void copy(float* dst, const float* src, std::size_t n) = 0;
   // dst[i] = 0.
   virtual void fill_zero(float* dst, std::size_t n) = 0;
-  // Host -> this space. Returns when `host` may be reused or freed (the values are copied out of it: the CUDA ops
-  // wait for a copy from page-locked memory; one from pageable memory is staged by the driver before the call
-  // returns); the copy into `dst` may still be queued, ordered before later work of this space.
+  // Host -> this space. Returns when `host` may be reused or freed (the CUDA ops wait for the copy: `host` may be
+  // page-locked, whose copy is truly asynchronous); later work of this space is ordered after it.
   virtual void upload(float* dst, const float* host, std::size_t n) = 0;
   // This space -> host. Waits for the work queued before it; returns when the values are in `host`.
   virtual void download(float* host, const float* src, std::size_t n) = 0;

@@ -34,7 +34,7 @@ int blas_int(std::size_t value, const char* what) {
   return static_cast<int>(value);
 }
 
-void release_host(float* data) { delete[] data; }
+void release_host(float* data, int) { delete[] data; }
 
 class HostLowRankOps final : public LowRankOps {
  public:
@@ -44,7 +44,7 @@ class HostLowRankOps final : public LowRankOps {
 
   FloatBuffer allocate(std::size_t n) override {
     if (n == 0) return {};
-    return FloatBuffer(new float[n], n, &release_host);
+    return FloatBuffer(new float[n], n, -1, &release_host);
   }
   void copy(float* dst, const float* src, std::size_t n) override {
     if (n) std::memcpy(dst, src, n * sizeof(float));

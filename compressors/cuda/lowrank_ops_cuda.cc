@@ -43,15 +43,9 @@ using lowrank_cuda::ThreadResources;
 using lowrank_cuda::kCublasWorkspaceBytes;
 
 // FloatBuffer's release: cudaFree with the block's own device current (the buffer may die on another device's turn).
-void release_device_floats(float* data) {
-  // A failure here must not surface as the next launch's error: clear what these calls set, and only that.
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, data) != cudaSuccess) {
-    (void)cudaGetLastError();
-    if (cudaFree(data) != cudaSuccess) (void)cudaGetLastError();
-    return;
-  }
-  const QuietDeviceSwitch on(attributes.device);
+void release_device_floats(float* data, int device) {
+  // A failure here must not surface as the next launch's error: clear what it set, and only that.
+  const QuietDeviceSwitch on(device);
   if (cudaFree(data) != cudaSuccess) (void)cudaGetLastError();
 }
 
@@ -73,7 +67,7 @@ class CudaLowRankOps final : public LowRankOps {
     const kernels::DeviceGuard guard(device_);
     void* data = nullptr;
     GRADCOMP_CUDA_CHECK(cudaMalloc(&data, n * sizeof(float)));
-    return FloatBuffer(static_cast<float*>(data), n, &release_device_floats);
+    return FloatBuffer(static_cast<float*>(data), n, device_, &release_device_floats);
   }
 
   void copy(float* dst, const float* src, std::size_t n) override {
@@ -92,11 +86,9 @@ class CudaLowRankOps final : public LowRankOps {
     if (n == 0) return;
     const kernels::DeviceGuard guard(device_);
     GRADCOMP_CUDA_CHECK(cudaMemcpyAsync(dst, host, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
-    // From pageable memory the driver has staged the bytes when the call returns; from page-locked memory the copy
-    // is truly asynchronous, and the caller may reuse `host` as soon as upload returns: wait for it.
-    cudaPointerAttributes attributes{};
-    GRADCOMP_CUDA_CHECK(cudaPointerGetAttributes(&attributes, host));
-    if (attributes.type != cudaMemoryTypeUnregistered) kernels::synchronize_stream(stream_);
+    // The caller may reuse `host` as soon as upload returns, and from page-locked memory the copy is truly
+    // asynchronous: wait for it (uploads are rare: a state load, a tensor moving between devices).
+    kernels::synchronize_stream(stream_);
   }
 
   void download(float* host, const float* src, std::size_t n) override {
