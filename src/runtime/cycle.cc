@@ -306,6 +306,7 @@ void Runtime::Impl::finish(std::vector<Request>& requests, BufferRecord record, 
     stats_.allocations += record.allocations;
     stats_.copy_bytes += record.copy_bytes;
     if (record.tensors == 1) stats_.alone_bytes += record.input_bytes;
+    if (record.gathered) stats_.gathered_bytes += record.input_bytes;
     stats_.copy_in_s += record.copy_in_s;
     stats_.compress_s += record.compress_s;
     stats_.communicate_s += record.communicate_s;
