@@ -85,7 +85,8 @@ Bytes encode_payload(Call& call, const DenseIo& io, float prescale) {
   Stopwatch watch(call.stats.compress_s);
   const CompressContext ctx = compress_context(call, call.name, prescale, call.options.segments);
   const std::size_t bound = call.compressor.payload_bound(io.numel, call.options.segments);
-  Bytes payload = call.space.allocate(bound);
+  Bytes payload = call.space.allocate(padded_bytes(bound));  // as compress_part: a slot a device codec may fill
+  payload.shrink(bound);
   const std::size_t size = io.encode(payload, ctx);
   GRADCOMP_ASSERT(size <= bound, "compressor '{}' wrote {} bytes for '{}', more than its bound {}",
                   call.compressor.name(), size, call.name, bound);

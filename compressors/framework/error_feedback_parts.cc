@@ -36,12 +36,12 @@ std::size_t ErrorFeedbackCompressor::compress_parts(std::span<const TensorView> 
   GRADCOMP_CHECK(!ctx.name.empty(), "compressor '{}': CompressContext.name must name the tensor", name_);
   const std::size_t n = checked_parts(parts, name_, fmt::format("the compress of '{}'", ctx.name));
   const std::vector<TensorSegment> segments = resolve_segments(ctx, n, name_);
-  GRADCOMP_CHECK(segments.size() == parts.size(), "compressor '{}': '{}' has {} parts but {} segments", name_,
-                 ctx.name, parts.size(), segments.size());
+  GRADCOMP_CHECK(segments.size() == parts.size(), "compressor '{}': '{}' on rank {} has {} parts but {} segments",
+                 name_, ctx.name, ctx.rank, parts.size(), segments.size());
   for (std::size_t s = 0; s < parts.size(); ++s) {
     GRADCOMP_CHECK(segments[s].numel == parts[s].numel(),
-                   "compressor '{}': part {} of '{}' has {} elements, its segment '{}' {}", name_, s, ctx.name,
-                   parts[s].numel(), segments[s].name, segments[s].numel);
+                   "compressor '{}': part {} of '{}' on rank {} has {} elements, its segment '{}' {}", name_, s,
+                   ctx.name, ctx.rank, parts[s].numel(), segments[s].name, segments[s].numel);
   }
   const std::size_t needed = payload_bound(n, segments);
   GRADCOMP_CHECK(out.size() >= needed, "compressor '{}': output buffer for '{}' has {} bytes, {} needed", name_,
