@@ -35,6 +35,7 @@ struct Config {
   double cycle_ms = 1.0;
   double timeout_s = 600;
   int lanes = default_pipeline_lanes();
+  bool gather = default_fusion_gather();
   std::string mode = "both";
   int local_ranks = 0;  // > 0: that many ranks as threads of this process (comm/local), no mpirun
   bool json = false;
@@ -51,6 +52,7 @@ void usage() {
       "  --tensor-limit B  largest tensor copied into a fusion buffer, bytes (default: the runtime's, 1 MiB; 0 = no limit)\n"
       "  --cycle-ms T   negotiation cycle time (default 1)\n"
       "  --lanes N      pipeline lanes of both runs (default: the runtime's, 2; 0 = unpipelined)\n"
+      "  --no-gather    fused none/fp16/bf16 buffers copy their members in and out (RuntimeOptions::fusion_gather)\n"
       "  --mode M       both (default) | fused | unfused: run only one side (e.g. under a profiler)\n"
       "  --local N      N ranks as threads of this process (comm/local) instead of mpirun: the runtime's own\n"
       "                 cost without a network, e.g. under valgrind --tool=callgrind\n"
@@ -135,13 +137,14 @@ void print_breakdown(const RuntimeStats& stats, const std::string& spec, std::si
   fmt::print(stderr,
              "# {} threshold {}: per step {:.1f} cycles ({:.1f} busy), {:.1f} control rounds ({:.0f} B sent), "
              "negotiate {:.1f} us/cycle; per step copy_in {:.4f} s, compress {:.4f}, communicate {:.4f}, decompress "
-             "{:.4f}, copy_out {:.4f}, queue (sum over tensors) {:.4f}; copied {:.0f} B, alone {:.0f} B, {:.1f} "
-             "messages\n",
+             "{:.4f}, copy_out {:.4f}, queue (sum over tensors) {:.4f}; copied {:.0f} B, gathered {:.0f} B, alone "
+             "{:.0f} B, {:.1f} messages\n",
              spec, threshold, stats.cycles / double(steps), stats.busy_cycles / double(steps),
              stats.negotiation_collectives / double(steps), stats.negotiation_bytes / double(steps),
              1e6 * stats.negotiate_s / cycles, stats.copy_in_s / steps, stats.compress_s / steps,
              stats.communicate_s / steps, stats.decompress_s / steps, stats.copy_out_s / steps, stats.queue_s / steps,
-             stats.copy_bytes / double(steps), stats.alone_bytes / double(steps), stats.messages / double(steps));
+             stats.copy_bytes / double(steps), stats.gathered_bytes / double(steps), stats.alone_bytes / double(steps),
+             stats.messages / double(steps));
 }
 
 // `comm` carries the runtime's traffic; `control` (a duplicate) the bench's own barriers and maxima, since a
@@ -158,6 +161,7 @@ Run run_once(Communicator& comm, Communicator& control, const Config& config, co
     options.fusion_tensor_limit_bytes = config.tensor_limit;
     options.cycle_time_ms = config.cycle_ms;
     options.pipeline_lanes = config.lanes;
+    options.fusion_gather = config.gather;
     Runtime rt(comm, options);
     double total = 0;
     for (int step = 0; step < config.warmup + config.steps; ++step) {
@@ -238,16 +242,17 @@ int run_all(Communicator& comm, const Config& config) {
   const double cost = message_cost(*control);
   if (root && !config.json) {
     fmt::print("# fusion_bench: {} ranks ({}), steps {} (+{} warm-up), fused threshold {} B, tensor limit {} B, "
-               "cycle {} ms, {} pipeline lanes; one 4-byte allreduce here: {:.1f} us (median of 50)\n",
+               "cycle {} ms, {} pipeline lanes, zero-copy fusion {}; one 4-byte allreduce here: {:.1f} us (median "
+               "of 50)\n",
                comm.size(), comm.backend(), config.steps, config.warmup, config.threshold, config.tensor_limit,
-               config.cycle_ms, config.lanes, cost * 1e6);
+               config.cycle_ms, config.lanes, config.gather ? "on" : "off", cost * 1e6);
     fmt::print("{:>9} {:>18} {:>5} {:>7} {:>11} {:>10} {:>10} {:>8} {:>9} {:>9} {:>12} {:>12} {:>6} {:>7} {:>7} "
                "{:>10}\n",
                "workload", "spec", "ranks", "tensors", "bytes", "fused_s", "unfused_s", "speedup", "fused_msg",
                "unfus_msg", "fused_wire", "unfused_wire", "#wrong", "f_ctrl", "u_ctrl", "f_copied");
   } else if (root) {
-    fmt::print("{{\"message_cost_us\": {:.2f}, \"ranks\": {}, \"lanes\": {}}}\n", cost * 1e6, comm.size(),
-               config.lanes);
+    fmt::print("{{\"message_cost_us\": {:.2f}, \"ranks\": {}, \"lanes\": {}, \"gather\": {}}}\n", cost * 1e6,
+               comm.size(), config.lanes, config.gather);
   }
   int bad = 0;
   for (const auto& workload : config.workloads) {
@@ -329,6 +334,8 @@ int main(int argc, char** argv) {
         GRADCOMP_CHECK(config.local_ranks >= 1, "--local needs at least one rank");
       } else if (arg == "--lanes") {
         config.lanes = std::stoi(value());
+      } else if (arg == "--no-gather") {
+        config.gather = false;
       } else if (arg == "--mode") {
         config.mode = value();
         GRADCOMP_CHECK(config.mode == "both" || config.mode == "fused" || config.mode == "unfused",

@@ -32,6 +32,14 @@ struct Call {
 
 // summable codecs only: compress with prescale 1/n (kAverage), sum the payload bodies as the wire dtype, decompress.
 void run_dense(Call& call);
+// The dense algorithm over the tensor that `parts` (host memory, one dtype, one per options.segments entry, in order)
+// make end to end, without that tensor: the codec (a GatherCodec that gathers: none, fp16, bf16) encodes each part
+// straight into the payload (on a communicator with its own buffers, OwnedBufferAllreduce, into its send buffer) and
+// decodes the sum straight into the parts. Bits and codec state are those of compressed_allreduce() of the laid-out
+// tensor. For negotiated calls: throws InvalidArgument unless options.verify is off and the algorithm resolves to
+// the flat dense one; otherwise throws as compressed_allreduce() does.
+AllreduceStats dense_allreduce_parts(Communicator& comm, Compressor& compressor, std::span<const TensorView> parts,
+                                     std::string_view name, const AllreduceOptions& options);
 // allgatherv of every rank's payload, then decompress-and-add in rank order.
 void run_allgather(Call& call);
 // allgatherv of the payloads and decode-and-add in rank order while the summed payload bytes stay below

@@ -8,6 +8,7 @@
 
 #include "compressors/cuda/cuda_path.h"
 #include "compressors/framework/ef_flow.h"
+#include "compressors/framework/float_views.h"
 #include "compressors/framework/segmented_payload.h"
 #include "compressors/framework/segments.h"
 #include "compressors/framework/state_io.h"
@@ -45,14 +46,20 @@ std::size_t count_nonfinite(const float* values, std::size_t n, int threads, std
   return total;
 }
 
-void to_float(const TensorView& view, std::vector<float>& out) {
-  out.resize(view.numel());
+}  // namespace
+
+void to_float(const TensorView& view, float* out) {
   const auto* bits = static_cast<const std::uint16_t*>(view.data());
   if (view.dtype() == DType::kF16) {
     for (std::size_t i = 0; i < view.numel(); ++i) out[i] = kernels::half_bits_to_float(bits[i]);
   } else {
     for (std::size_t i = 0; i < view.numel(); ++i) out[i] = kernels::bf16_bits_to_float(bits[i]);
   }
+}
+
+void to_float(const TensorView& view, std::vector<float>& out) {
+  out.resize(view.numel());
+  to_float(view, out.data());
 }
 
 void from_float(const std::vector<float>& values, const TensorView& view) {
@@ -68,8 +75,6 @@ void check_float_dtype(const TensorView& view, std::string_view codec, std::stri
   GRADCOMP_CHECK(view.dtype() == DType::kF32 || view.dtype() == DType::kF16 || view.dtype() == DType::kBF16,
                  "compressor '{}': {} must be f32, f16 or bf16, got {}", codec, what, view.describe());
 }
-
-}  // namespace
 
 std::vector<ParamSpec> lossless_common_params() {
   return {ParamSpec{"nonfinite", ParamSpec::Kind::kChoice, "raise", 0, 0, false, {"raise", "skip", "pass"},
@@ -112,24 +117,25 @@ std::size_t ErrorFeedbackCompressor::payload_bound(std::size_t numel, std::span<
   return payload::segmented_bound(parts);
 }
 
-// The host memory space of compress_segments(): the gradient as f32 values, the states' vectors, host output.
+// The host memory space of compress_segments(): each segment's gradient as f32 values (values[s]; a laid-out
+// tensor's, or the parts of compress_parts()), the states' vectors, host output.
 class ErrorFeedbackCompressor::HostStore final : public SegmentStore {
  public:
-  HostStore(ErrorFeedbackCompressor& owner, const float* values, const FlowCall& call, bool fused)
+  HostStore(ErrorFeedbackCompressor& owner, std::span<const float* const> values, const FlowCall& call, bool fused)
       : owner_(owner), values_(values), call_(call), fused_(fused) {}
 
   bool counts_in_encode() const override { return fused_; }
   std::size_t scan(std::size_t s, std::size_t& first) override {
     const TensorSegment& segment = call_.segments[s];
-    return count_nonfinite(values_ + segment.offset, segment.numel, owner_.threads_, first);
+    return count_nonfinite(values_[s], segment.numel, owner_.threads_, first);
   }
   std::pair<std::size_t, float> first_nonfinite(std::size_t s, std::size_t first) override {
-    return {first, values_[call_.segments[s].offset + first]};
+    return {first, values_[s][first]};
   }
   std::size_t encode(std::size_t s, bool zero, std::span<std::byte> slot, CompressStats& stats,
                      std::size_t& first) override {
     const TensorSegment& segment = call_.segments[s];
-    return owner_.encode_segment(values_ + segment.offset, segment, *call_.states[s], *call_.ctx, call_.dtype, zero,
+    return owner_.encode_segment(values_[s], segment, *call_.states[s], *call_.ctx, call_.dtype, zero,
                                  fused_ && !zero, slot, stats, first);
   }
   void write(std::byte* dst, std::span<const std::byte> bytes) override {
@@ -149,7 +155,7 @@ class ErrorFeedbackCompressor::HostStore final : public SegmentStore {
 
  private:
   ErrorFeedbackCompressor& owner_;
-  const float* values_;
+  std::span<const float* const> values_;
   const FlowCall& call_;
   const bool fused_;
 };
@@ -173,9 +179,17 @@ std::size_t ErrorFeedbackCompressor::compress(const TensorView& grad, std::span<
     to_float(grad, scratch_in_);
     values = scratch_in_.data();
   }
+  std::vector<const float*> segment_values;
+  for (const TensorSegment& segment : segments) segment_values.push_back(values + segment.offset);
+  return compress_host(segment_values, segments, n, grad.dtype(), out, ctx);
+}
+
+std::size_t ErrorFeedbackCompressor::compress_host(std::span<const float* const> values,
+                                                   std::span<const TensorSegment> segments, std::size_t numel,
+                                                   DType dtype, std::span<std::byte> out, const CompressContext& ctx) {
   std::vector<TensorState*> states;
   for (const TensorSegment& segment : segments) states.push_back(&state_for(segment.name, segment.total, ctx.rank));
-  const FlowCall call{name_, codec_, traits_, nonfinite_, &ctx, segments, states, n, grad.dtype()};
+  const FlowCall call{name_, codec_, traits_, nonfinite_, &ctx, segments, states, numel, dtype};
   // A codec that fuses the non-finite scan counts inside its encode and writes the new residual aside
   // (residual_next); the others (and chunks of a tensor) are scanned first.
   const bool fused = fuses_nonfinite_scan() &&
@@ -303,6 +317,10 @@ void ErrorFeedbackCompressor::decompress_plain(std::span<const std::byte> bytes,
   const auto view = payload::parse(bytes, codec_, static_cast<long long>(out.numel()));
   GRADCOMP_CHECK_AS(CorruptPayload, !payload::is_segmented(view.header),
                     "corrupt payload: a segmented '{}' payload nested inside another", name_);
+  decode_view(view, out, mode);
+}
+
+void ErrorFeedbackCompressor::decode_view(const payload::View& view, const TensorView& out, DecodeMode mode) {
   const bool accumulate = mode == DecodeMode::kAccumulate;
   if (out.dtype() == DType::kF32) {
     decode(view, static_cast<float*>(out.data()), out.numel(), accumulate);

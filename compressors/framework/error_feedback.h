@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "compressors/framework/gather_codec.h"
 #include "compressors/framework/payload.h"
 #include "gradcomp/compressor.h"
 #include "gradcomp/registry.h"
@@ -77,8 +78,9 @@ struct DeviceTensorState;  // compressors/cuda/cuda_path.h
 // other codec writes each segment as a complete payload inside a segmented container (compressors/
 // segmented_payload.h). Each segment works on its own tensor's state in place (no gather, no scatter), its random
 // streams are keyed by the tensor (segment_stream_key), and the non-finite policy applies to it alone; a call that
-// raises or is refused changes no state.
-class ErrorFeedbackCompressor : public Compressor {
+// raises or is refused changes no state. A summable codec also encodes from, and decodes into, the segments' own
+// memory (GatherCodec; compressors/framework/error_feedback_parts.cc).
+class ErrorFeedbackCompressor : public Compressor, public GatherCodec {
  public:
   ErrorFeedbackCompressor(std::string name, payload::CodecId codec, CompressorTraits traits,
                           std::vector<ParamSpec> param_specs, Params params);
@@ -97,6 +99,11 @@ class ErrorFeedbackCompressor : public Compressor {
   void reset_state() override;
   void set_threads(int threads) override { threads_ = threads; }
   CompressStats last_stats() const override { return stats_; }
+  bool gathers() const override { return traits_.summable; }
+  std::size_t compress_parts(std::span<const TensorView> parts, std::span<std::byte> out,
+                             const CompressContext& ctx) override;
+  void decompress_parts(std::span<const std::byte> payload, std::span<const TensorView> parts,
+                        DecodeMode mode) override;
 
   bool error_feedback() const { return ef_; }
   NonFinitePolicy nonfinite_policy() const { return nonfinite_; }
@@ -153,6 +160,9 @@ class ErrorFeedbackCompressor : public Compressor {
   // data-dependent sizes, the payload size).
   std::size_t compress_cuda(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx,
                             std::span<const TensorSegment> segments);
+  // The host path of compress() once its checks passed: segment s's f32 values at values[s], host output.
+  std::size_t compress_host(std::span<const float* const> values, std::span<const TensorSegment> segments,
+                            std::size_t numel, DType dtype, std::span<std::byte> out, const CompressContext& ctx);
   // Creates the CUDA backend on first use; throws InvalidArgument for a codec without one or in builds without CUDA.
   void require_cuda_codec(const TensorView& grad, const CompressContext& ctx);
   // CUDA builds: the codec's CUDA backend, created on first use; null when it has none.
@@ -176,6 +186,8 @@ class ErrorFeedbackCompressor : public Compressor {
   void read_prefix(std::span<const std::byte> payload, std::byte* dst, std::size_t n, const TensorView& out) const;
   // Decodes one plain payload into a host tensor.
   void decompress_plain(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode);
+  // Decodes a validated plain payload into a host tensor of view.header.numel elements (f16/bf16 through f32).
+  void decode_view(const payload::View& view, const TensorView& out, DecodeMode mode);
 
   std::string name_;
   payload::CodecId codec_;

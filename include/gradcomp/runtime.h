@@ -57,6 +57,8 @@ double default_cycle_time_ms();
 double default_idle_cycle_max_ms();
 // Pipeline lanes from GRADCOMP_PIPELINE_LANES, else 2 (0 = fusion buffers run on the negotiation thread).
 int default_pipeline_lanes();
+// Zero-copy fusion from GRADCOMP_FUSION_GATHER (1 or 0), else on.
+bool default_fusion_gather();
 
 struct RuntimeOptions {
   // Period of the negotiation cycle, milliseconds.
@@ -82,6 +84,12 @@ struct RuntimeOptions {
   // after another (also what a communicator that cannot take calls from several threads gets: MPI without
   // MPI_THREAD_MULTIPLE, a torch ProcessGroup). Default from GRADCOMP_PIPELINE_LANES, else 2.
   int pipeline_lanes = default_pipeline_lanes();
+  // Zero-copy fusion: a fused buffer of host tensors whose codec encodes parts (none, fp16, bf16 under the dense
+  // algorithm) is encoded straight from the members' memory into the payload (on MPI: the communicator's own send
+  // buffer) and decoded straight into them, with no fusion buffer (BufferRecord::gathered, copy_bytes 0). The bits are
+  // the same either way; off copies the members into a fusion buffer and back, as every other codec does (kept for
+  // comparison: bench/comm/fusion_bench --no-gather). Default from GRADCOMP_FUSION_GATHER, else on.
+  bool fusion_gather = default_fusion_gather();
   CompressionPolicy policy;
   // Chrome-trace JSON output ("" = none). "{rank}" in the path is replaced by the rank; without it only rank 0
   // writes. The file is complete (valid JSON) once the runtime has shut down.
@@ -157,6 +165,8 @@ struct BufferRecord {
   std::size_t staged_bytes = 0;  // device <-> host copies of a CUDA buffer on a communicator without device memory
   std::size_t allocations = 0;   // working memory the allreduce obtained from the system (AllreduceStats)
   std::size_t copy_bytes = 0;    // bytes the runtime copied into and out of the fusion buffer (0: the tensor alone)
+  // Fused without a fusion buffer: the codec (none, fp16, bf16) encoded from and decoded into the members (copy 0).
+  bool gathered = false;
   int lane = -1;                 // pipeline lane that ran it (RuntimeOptions::pipeline_lanes); -1: the cycle thread
   double copy_in_s = 0, compress_s = 0, communicate_s = 0, decompress_s = 0, copy_out_s = 0;
 };
@@ -175,6 +185,7 @@ struct RuntimeStats {
   std::size_t allocations = 0;                // BufferRecord::allocations summed (0 per step in steady state)
   std::size_t copy_bytes = 0;                 // bytes copied into and out of fusion buffers (fused tensors only)
   std::size_t alone_bytes = 0;                // bytes of tensors reduced alone, in the caller's memory (no copy)
+  std::size_t gathered_bytes = 0;             // bytes of fused tensors reduced in the caller's memory (no copy)
   double negotiate_s = 0, queue_s = 0, copy_in_s = 0, compress_s = 0, communicate_s = 0, decompress_s = 0,
          copy_out_s = 0;
   // The last 1024 buffers, oldest first.

@@ -39,8 +39,10 @@ void Runtime::Impl::loop() {
     const int lanes = pipeline_lanes();
     if (lanes > 0) {
       pipeline_ = std::make_unique<runtime::Pipeline>(comm_, lanes, [this] {
-        std::lock_guard lock(mutex_);  // a lane finished a buffer: a held-back cycle may go
-        wake_cv_.notify_all();
+        // A lane finished a buffer: a held-back cycle may go. Only a thread held back is woken (not, per buffer, a
+        // cycle timer that the finish does not concern).
+        std::lock_guard lock(mutex_);
+        if (held_back_waiting_) wake_cv_.notify_all();
       });
     }
     while (true) {
@@ -92,7 +94,9 @@ Runtime::Impl::Intake Runtime::Impl::take_incoming(const CycleClock& clock) {
   Intake intake;
   {
     std::unique_lock lock(mutex_);
+    held_back_waiting_ = true;
     wake_cv_.wait(lock, [&] { return shutdown_requested_ || fatal_ != nullptr || !held_back(); });
+    held_back_waiting_ = false;
     const bool woken = wake_cv_.wait_until(lock, clock.next, [&] {
       return shutdown_requested_ || fatal_ != nullptr || (backing_off_ && !queue_.empty());
     });
@@ -306,6 +310,7 @@ void Runtime::Impl::finish(std::vector<Request>& requests, BufferRecord record, 
     stats_.allocations += record.allocations;
     stats_.copy_bytes += record.copy_bytes;
     if (record.tensors == 1) stats_.alone_bytes += record.input_bytes;
+    if (record.gathered) stats_.gathered_bytes += record.input_bytes;
     stats_.copy_in_s += record.copy_in_s;
     stats_.compress_s += record.compress_s;
     stats_.communicate_s += record.communicate_s;
@@ -325,7 +330,7 @@ void Runtime::Impl::finish(std::vector<Request>& requests, BufferRecord record, 
 }
 
 void Runtime::Impl::complete_all(std::vector<Request>& requests, const Status& status) {
-  for (Request& request : requests) complete(request, status, /*notify=*/false);
+  complete_requests(requests, status);
   requests.clear();
   done_cv_.notify_all();
 }

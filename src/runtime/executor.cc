@@ -7,8 +7,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "comm/algorithms/algorithms.h"
 #include "comm/algorithms/memory_space.h"
 #include "compressors/framework/error_feedback.h"
+#include "compressors/framework/gather_codec.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
 #include "src/runtime/locked_compressor.h"
@@ -261,6 +263,10 @@ Executor::Prepared Executor::prepare(const FusionGroup& group, std::vector<Membe
     if (member.step == kStepOfCall) member.step = steps_[member.name]++;
   }
   prepared.on_device = prepared.members[0].tensor.device().is_cuda();
+  const auto* gather = dynamic_cast<const GatherCodec*>(prepared.compressor);
+  prepared.gather = options_.fusion_gather && !prepared.on_device && prepared.members.size() > 1 &&
+                    gather != nullptr && gather->gathers() &&
+                    resolve_algorithm(prepared.compressor->traits(), options_.algorithm) == AllreduceAlgorithm::kDense;
   return prepared;
 }
 
@@ -277,7 +283,7 @@ BufferRecord Executor::run(Prepared& prepared, Communicator& data, algorithms::B
   Packed packed = pack(prepared, pool, record, row);
   Communicator& data_comm = prepared.on_device && options_.device_comm != nullptr ? *options_.device_comm : data;
   reduce(packed, prepared, data_comm, compressor, record, row);
-  if (prepared.members.size() > 1) unpack(packed, prepared, record, row);
+  if (prepared.members.size() > 1 && !prepared.gather) unpack(packed, prepared, record, row);
   return record;
 }
 
@@ -286,6 +292,7 @@ Executor::Packed Executor::pack(const Prepared& prepared, algorithms::BlockPool&
   const FusionGroup& group = prepared.group;
   const std::vector<Member>& members = prepared.members;
   const bool single = members.size() == 1;
+  const bool copied = !single && !prepared.gather;  // members laid out in a fusion buffer
   // The runtime's own codecs key state by the negotiated name (scope included); an owner's compressor by the names
   // the owner submitted, as it would outside the runtime.
   auto state_name = [](const Member& member) -> std::string_view {
@@ -306,14 +313,19 @@ Executor::Packed Executor::pack(const Prepared& prepared, algorithms::BlockPool&
   // The fusion buffer comes from a pool (buffer_pool.h), so a repeated layout reuses the same block: on the host the
   // caller's (the algorithms' per-thread pool then keeps its slots for payloads), on a device the space's.
   packed.buffer = first;
-  if (!single) {
+  record.gathered = prepared.gather;
+  if (prepared.gather) {
+    packed.buffer = TensorView();
+    packed.parts.reserve(members.size());
+    for (const Member& member : members) packed.parts.push_back(member.tensor);
+  } else if (!single) {
     packed.storage = prepared.on_device ? packed.space->allocate(group.bytes) : algorithms::Bytes(pool, group.bytes);
     packed.buffer = packed.space->view(packed.storage.data(), group.numel, group.dtype);
   }
   packed.segments.reserve(members.size());
   for (std::size_t m = 0; m < members.size(); ++m) {
     const TensorView& t = members[m].tensor;
-    if (!single) {
+    if (copied) {
       if (prepared.on_device && t.stream() != first.stream()) algorithms::cuda_space(t)->synchronize();
       packed.space->copy(static_cast<std::byte*>(packed.buffer.data()) + group.offsets[m] * elem, t.data(),
                          t.bytes());
@@ -321,10 +333,10 @@ Executor::Packed Executor::pack(const Prepared& prepared, algorithms::BlockPool&
     packed.segments.push_back(
         TensorSegment{state_name(members[m]), group.offsets[m], t.numel(), 0, t.numel(), t.rows(), members[m].step});
   }
-  if (!single) record.copy_bytes += group.bytes;
+  if (copied) record.copy_bytes += group.bytes;
   auto copy_end = Clock::now();
   record.copy_in_s = std::chrono::duration<double>(copy_end - copy_start).count();
-  if (timeline_ && timeline_->active() && !single) timeline_->event("copy_in", "fusion", row, copy_start, copy_end);
+  if (timeline_ && timeline_->active() && copied) timeline_->event("copy_in", "fusion", row, copy_start, copy_end);
   return packed;
 }
 
@@ -337,7 +349,9 @@ void Executor::reduce(Packed& packed, const Prepared& prepared, Communicator& da
   options.step = packed.segments[0].step;
   options.segments = packed.segments;
   const auto call_start = Clock::now();
-  AllreduceStats stats = compressed_allreduce(data, compressor, packed.buffer, packed.name, options);
+  AllreduceStats stats = packed.parts.empty()
+                             ? compressed_allreduce(data, compressor, packed.buffer, packed.name, options)
+                             : algorithms::dense_allreduce_parts(data, compressor, packed.parts, packed.name, options);
   const auto call_end = Clock::now();
   record.staged_bytes = stats.staged_bytes;
   record.allocations = stats.allocations;

@@ -75,6 +75,9 @@ class Executor {
     Compressor* compressor = nullptr;  // the codec instance (the runtime's, or the owner's)
     std::mutex* codec_mutex = nullptr;  // held around every call into it (lanes share instances)
     bool on_device = false;             // CUDA tensors: the buffer lives on the first member's device
+    // Host members of a codec that encodes parts (GatherCodec: none, fp16, bf16) under the dense algorithm: encoded
+    // from and decoded into the members' own memory, with no fusion buffer and no copy.
+    bool gather = false;
     BufferRecord record;                // the "auto" decision, filled further by run()
   };
   Prepared prepare(const FusionGroup& group, std::vector<Member> members);
@@ -108,12 +111,14 @@ class Executor {
     std::unique_ptr<algorithms::MemorySpace> device_space;  // CUDA groups: the first member's device and stream
     algorithms::MemorySpace* space = nullptr;              // the host's or device_space
     algorithms::Bytes storage{0};                          // the fusion buffer (empty for a group of one)
-    TensorView buffer;                                     // what the collective reduces
+    TensorView buffer;                                     // what the collective reduces (unset when gathered)
+    std::vector<TensorView> parts;                         // gathered: the members, reduced in place
     std::string name;
     std::vector<TensorSegment> segments;
   };
-  // The parts of run(): copy the members in (a group of one stays in the caller's memory), reduce the buffer with
-  // the group's codec (stats and timeline into `record`), copy the result back out.
+  // The parts of run(): copy the members in (a group of one, and a gathered group, stay in the caller's memory),
+  // reduce the buffer (or the gathered members) with the group's codec (stats and timeline into `record`), copy the
+  // result back out.
   Packed pack(const Prepared& prepared, algorithms::BlockPool& pool, BufferRecord& record, int row);
   void reduce(Packed& packed, const Prepared& prepared, Communicator& data, Compressor& compressor,
               BufferRecord& record, int row);

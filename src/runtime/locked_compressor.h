@@ -7,14 +7,17 @@
 #include <memory>
 #include <mutex>
 
+#include "compressors/framework/gather_codec.h"
 #include "gradcomp/compressor.h"
+#include "gradcomp/error.h"
 
 namespace gradcomp::runtime {
 
-class LockedCompressor final : public Compressor {
+class LockedCompressor final : public Compressor, public GatherCodec {
  public:
   // `inner` and `mutex` must outlive this object; every call on `inner` made through it holds `mutex`.
-  LockedCompressor(Compressor& inner, std::mutex& mutex) : inner_(inner), mutex_(mutex) {}
+  LockedCompressor(Compressor& inner, std::mutex& mutex)
+      : inner_(inner), gather_(dynamic_cast<GatherCodec*>(&inner)), mutex_(mutex) {}
 
   std::string_view name() const override { return inner_.name(); }
   std::string spec() const override { return inner_.spec(); }
@@ -64,9 +67,30 @@ class LockedCompressor final : public Compressor {
     return inner_.begin_rounds(tensor, ctx);
   }
 
+  // The inner codec's GatherCodec, when it has one (a fused buffer of none/fp16/bf16 then needs no fusion buffer).
+  bool gathers() const override { return gather_ != nullptr && gather_->gathers(); }
+  std::size_t compress_parts(std::span<const TensorView> parts, std::span<std::byte> out,
+                             const CompressContext& ctx) override {
+    std::lock_guard lock(mutex_);
+    return inner_gather().compress_parts(parts, out, ctx);
+  }
+  void decompress_parts(std::span<const std::byte> payload, std::span<const TensorView> parts,
+                        DecodeMode mode) override {
+    std::lock_guard lock(mutex_);
+    inner_gather().decompress_parts(payload, parts, mode);
+  }
+
  private:
+  GatherCodec& inner_gather() const;
+
   Compressor& inner_;
+  GatherCodec* gather_;  // null: the inner codec cannot encode parts
   std::mutex& mutex_;
 };
+
+inline GatherCodec& LockedCompressor::inner_gather() const {
+  GRADCOMP_CHECK(gather_ != nullptr, "compressor '{}' cannot encode parts", inner_.spec());
+  return *gather_;
+}
 
 }  // namespace gradcomp::runtime

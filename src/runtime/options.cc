@@ -33,6 +33,8 @@ int default_pipeline_lanes() {
   return static_cast<int>(env::integer("GRADCOMP_PIPELINE_LANES", 0, 16, "lanes").value_or(2));
 }
 
+bool default_fusion_gather() { return env::integer("GRADCOMP_FUSION_GATHER", 0, 1, "0 or 1").value_or(1) != 0; }
+
 std::string Status::message() const {
   if (!error) return "";
   try {

@@ -22,13 +22,14 @@ Pipeline::Pipeline(Communicator& comm, int lanes, std::function<void()> on_finis
 Pipeline::~Pipeline() { stop(); }
 
 void Pipeline::submit(int lane, Job job) {
+  LaneState& state = *lanes_.at(static_cast<std::size_t>(lane));
   {
     std::lock_guard lock(mutex_);
     GRADCOMP_ASSERT(!stopping_, "runtime pipeline: submit after stop");
-    lanes_.at(static_cast<std::size_t>(lane))->jobs.push_back(std::move(job));
+    state.jobs.push_back(std::move(job));
     ++in_flight_;
   }
-  work_cv_.notify_all();
+  state.work_cv.notify_one();  // the other lanes sleep on
 }
 
 std::size_t Pipeline::in_flight() const {
@@ -42,7 +43,7 @@ void Pipeline::stop() {
     if (stopping_) return;
     stopping_ = true;
   }
-  work_cv_.notify_all();
+  for (auto& lane : lanes_) lane->work_cv.notify_one();
   for (auto& lane : lanes_) {
     if (lane->thread.joinable()) lane->thread.join();
   }
@@ -55,7 +56,7 @@ void Pipeline::run(int index) {
     Job job;
     {
       std::unique_lock lock(mutex_);
-      work_cv_.wait(lock, [&] { return stopping_ || !state.jobs.empty(); });
+      state.work_cv.wait(lock, [&] { return stopping_ || !state.jobs.empty(); });
       if (state.jobs.empty()) return;  // stopping, and nothing left
       job = std::move(state.jobs.front());
       state.jobs.pop_front();

@@ -53,13 +53,13 @@ class Pipeline {
     std::unique_ptr<Communicator> comm;
     algorithms::BlockPool pool{algorithms::host_allocator()};
     std::deque<Job> jobs;
+    std::condition_variable work_cv;  // (with mutex_) a job for this lane, or stop: wakes this lane alone
     std::thread thread;
   };
   void run(int lane);
 
   std::function<void()> on_finish_;
   mutable std::mutex mutex_;
-  std::condition_variable work_cv_;
   std::vector<std::unique_ptr<LaneState>> lanes_;
   std::size_t in_flight_ = 0;  // (mutex_) submitted, not finished
   bool stopping_ = false;      // (mutex_)

@@ -231,21 +231,27 @@ std::string Runtime::Impl::canonical(const std::string& spec) {
 }
 
 void Runtime::Impl::complete(Request& request, const Status& status, bool notify) {
+  complete_requests(std::span<Request>(&request, 1), status);
+  if (notify) done_cv_.notify_all();
+}
+
+void Runtime::Impl::complete_requests(std::span<Request> requests, const Status& status) {
+  // A buffer's tensors complete together: the counter and the handles under one lock each (the caller's thread
+  // takes mutex_ for every enqueue), the callbacks outside any lock, in_flight_ once they all ran.
   {
     std::lock_guard lock(stats_mutex_);
-    ++stats_.tensors;
+    stats_.tensors += requests.size();
   }
-  CompletionCallback callback;
   {
     std::lock_guard lock(mutex_);
-    active_names_.erase(request.name);
-    if (request.callback) {
-      callback = std::move(request.callback);
-    } else {
-      handles_[request.id] = HandleState{true, status};
+    for (Request& request : requests) {
+      active_names_.erase(request.name);
+      if (!request.callback) handles_[request.id] = HandleState{true, status};
     }
   }
-  if (callback) {
+  for (Request& request : requests) {
+    if (!request.callback) continue;
+    const CompletionCallback callback = std::move(request.callback);
     try {
       callback(status);
     } catch (const std::exception& e) {
@@ -254,11 +260,8 @@ void Runtime::Impl::complete(Request& request, const Status& status, bool notify
       std::fprintf(stderr, "gradcomp: completion callback of '%s' threw\n", request.name.c_str());
     }
   }
-  {
-    std::lock_guard lock(mutex_);
-    --in_flight_;
-  }
-  if (notify) done_cv_.notify_all();
+  std::lock_guard lock(mutex_);
+  in_flight_ -= requests.size();
 }
 
 void Runtime::Impl::fail_pending(const Status& status) {

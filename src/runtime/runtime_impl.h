@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -81,6 +82,9 @@ class Runtime::Impl {
   // Completes one request: its handle or callback, then the in-flight count; wakes the waiters unless `notify` is
   // false (complete_all() wakes them once for a whole buffer).
   void complete(Request& request, const Status& status, bool notify = true);
+  // Completes `requests` together (one lock for their handles, their callbacks, then the in-flight count); wakes
+  // nobody.
+  void complete_requests(std::span<Request> requests, const Status& status);
   template <typename E>
   Status error_status(const std::string& message) {
     return Status{std::make_exception_ptr(E(fmt::format("{} (rank {})", message, comm_.rank())))};
@@ -161,6 +165,7 @@ class Runtime::Impl {
   mutable std::mutex mutex_;
   std::condition_variable wake_cv_, done_cv_;
   bool backing_off_ = false;  // (mutex_) the loop waits longer than a cycle: enqueue() must wake it
+  bool held_back_waiting_ = false;  // (mutex_) the loop waits for a lane to finish: a lane's finish must wake it
   std::deque<Request> queue_;
   std::set<std::string> active_names_;
   std::map<std::uint64_t, HandleState> handles_;

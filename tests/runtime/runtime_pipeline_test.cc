@@ -97,49 +97,55 @@ TEST_P(Pipelined, EveryCodecGivesTheUnpipelinedBits) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Pipelined, ::testing::Values(2, 4));
 
-// Fusion copies only what shares a buffer: the small tensors, once in and once out; the large one runs alone in the
-// caller's memory. A step whose tensor set repeats is negotiated from the response cache: every cycle then costs
-// exactly one control round of a fixed small size (header + one bit per cached name), and the tensors are ready in
-// one of them.
+// Fusion copies only what shares a buffer: with `none` (a codec that encodes parts) not even that, the small tensors
+// are encoded from and decoded into the caller's memory (zero-copy, counted in gathered_bytes); with zero-copy
+// fusion off they are copied once in and once out. The large one runs alone in the caller's memory. A step whose
+// tensor set repeats is negotiated from the response cache: every cycle then costs exactly one control round of a
+// fixed small size (header + one bit per cached name), and the tensors are ready in one of them.
 TEST(Pipelined, CountsCopiesAndControlRounds) {
   for (int lanes : {0, 2}) {
-    SCOPED_TRACE(lanes);
-    run_ranks(2, [&](Communicator& comm) {
-      RuntimeOptions options = options_with(lanes);
-      options.fusion_threshold_bytes = 64 << 10;
-      options.cycle_time_ms = 5;  // the step's four tensors, enqueued back to back, meet in one cycle
-      Runtime rt(comm, options);
-      std::vector<std::vector<float>> data = {std::vector<float>(100), std::vector<float>(300),
-                                              std::vector<float>(50), std::vector<float>(10000)};
-      const std::size_t fused_bytes = (100 + 300 + 50) * sizeof(float);
-      const std::size_t alone_bytes = 10000 * sizeof(float);
-      for (int step = 0; step < 3; ++step) {
-        for (std::size_t t = 0; t < data.size(); ++t) {
-          std::fill(data[t].begin(), data[t].end(), static_cast<float>(comm.rank() + t + step));
-          rt.allreduce_async(fmt::format("t{}", t), TensorView::of(std::span<float>(data[t])), "none");
+    for (bool gather : {true, false}) {
+      SCOPED_TRACE(fmt::format("lanes {}, gather {}", lanes, gather));
+      run_ranks(2, [&](Communicator& comm) {
+        RuntimeOptions options = options_with(lanes);
+        options.fusion_gather = gather;
+        options.fusion_threshold_bytes = 64 << 10;
+        options.cycle_time_ms = 5;  // the step's four tensors, enqueued back to back, meet in one cycle
+        Runtime rt(comm, options);
+        std::vector<std::vector<float>> data = {std::vector<float>(100), std::vector<float>(300),
+                                                std::vector<float>(50), std::vector<float>(10000)};
+        const std::size_t fused_bytes = (100 + 300 + 50) * sizeof(float);
+        const std::size_t alone_bytes = 10000 * sizeof(float);
+        for (int step = 0; step < 3; ++step) {
+          for (std::size_t t = 0; t < data.size(); ++t) {
+            std::fill(data[t].begin(), data[t].end(), static_cast<float>(comm.rank() + t + step));
+            rt.allreduce_async(fmt::format("t{}", t), TensorView::of(std::span<float>(data[t])), "none");
+          }
+          rt.synchronize();
+          const RuntimeStats stats = rt.take_stats();
+          EXPECT_EQ(stats.copy_bytes, gather ? 0 : 2 * fused_bytes) << "step " << step;
+          EXPECT_EQ(stats.gathered_bytes, gather ? fused_bytes : 0) << "step " << step;
+          EXPECT_EQ(stats.alone_bytes, alone_bytes) << "step " << step;
+          ASSERT_EQ(stats.buffers.size(), 2u) << "step " << step;
+          for (const BufferRecord& record : stats.buffers) {
+            EXPECT_EQ(record.copy_bytes, record.tensors == 1 || gather ? 0 : 2 * fused_bytes);
+            EXPECT_EQ(record.gathered, record.tensors > 1 && gather);
+            EXPECT_EQ(record.lane == -1, lanes == 0);
+          }
+          for (std::size_t t = 0; t < data.size(); ++t) {
+            EXPECT_EQ(data[t][0], (static_cast<float>(t + step) + static_cast<float>(t + step + 1)) / 2);
+          }
+          if (step == 0) {
+            EXPECT_GT(stats.negotiation_collectives, stats.cycles) << "new names are announced";
+            continue;
+          }
+          // Cached: one round per cycle, each 32 header bytes + one byte of bits for four cached names.
+          EXPECT_EQ(stats.busy_cycles, 1u) << "step " << step;
+          EXPECT_EQ(stats.negotiation_collectives, stats.cycles) << "step " << step;
+          EXPECT_EQ(stats.negotiation_bytes, stats.cycles * 33) << "step " << step;
         }
-        rt.synchronize();
-        const RuntimeStats stats = rt.take_stats();
-        EXPECT_EQ(stats.copy_bytes, 2 * fused_bytes) << "step " << step;
-        EXPECT_EQ(stats.alone_bytes, alone_bytes) << "step " << step;
-        ASSERT_EQ(stats.buffers.size(), 2u) << "step " << step;
-        for (const BufferRecord& record : stats.buffers) {
-          EXPECT_EQ(record.copy_bytes, record.tensors == 1 ? 0 : 2 * fused_bytes);
-          EXPECT_EQ(record.lane == -1, lanes == 0);
-        }
-        for (std::size_t t = 0; t < data.size(); ++t) {
-          EXPECT_EQ(data[t][0], (static_cast<float>(t + step) + static_cast<float>(t + step + 1)) / 2);
-        }
-        if (step == 0) {
-          EXPECT_GT(stats.negotiation_collectives, stats.cycles) << "new names are announced";
-          continue;
-        }
-        // Cached: one round per cycle, each 32 header bytes + one byte of bits for four cached names.
-        EXPECT_EQ(stats.busy_cycles, 1u) << "step " << step;
-        EXPECT_EQ(stats.negotiation_collectives, stats.cycles) << "step " << step;
-        EXPECT_EQ(stats.negotiation_bytes, stats.cycles * 33) << "step " << step;
-      }
-    });
+      });
+    }
   }
 }
 
