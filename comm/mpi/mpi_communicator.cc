@@ -3,15 +3,13 @@
 // communicator uses MPI_ERRORS_RETURN) become CommError. After the first failure the communicator and its whole
 // family (comm/mpi/mpi_family.h) refuse every call with CommError, on every rank that hears of it. MPI only ever sees
 // buffers this communicator owns: an abandoned collective cannot write into memory the caller freed. It takes host
-// memory (MPI's buffers are host vectors it owns; device tensors are staged once by compressed_allreduce).
+// memory, and CUDA memory when the MPI library is CUDA-aware (comm/mpi/mpi_cuda_aware.h; its own device blocks,
+// comm/mpi/mpi_buffers.h); otherwise compressed_allreduce stages device tensors once.
 #include "comm/mpi/mpi_support.h"
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
-#include <limits>
 #include <memory>
-#include <numeric>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -19,8 +17,11 @@
 #include <fmt/format.h>
 
 #include "comm/comm_env.h"
+#include "comm/host_copy.h"
 #include "comm/host_reduce.h"
 #include "comm/timed_communicator.h"
+#include "comm/mpi/mpi_buffers.h"
+#include "comm/mpi/mpi_cuda_aware.h"
 #include "comm/mpi/mpi_family.h"
 #include "comm/mpi/mpi_ring.h"
 #include "comm/owned_buffer_allreduce.h"
@@ -31,27 +32,21 @@
 namespace gradcomp {
 namespace {
 
+using mpi::copy_bytes;
 using mpi::nonnull;
+using mpi::OpBuffers;
 using mpi::to_int;
-
-// What MPI reads and writes during one operation. Reused from call to call; handed to the graveyard with the request
-// when the operation is abandoned.
-struct OpBuffers {
-  std::vector<std::byte> send, recv, scratch;
-  std::vector<int> counts, displs, recv_counts, recv_displs;
-};
-
-void copy_bytes(void* to, const void* from, std::size_t bytes) {
-  if (bytes > 0) std::memcpy(to, from, bytes);
-}
 
 class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBufferAllreduce {
  public:
   // `comm` is the family's root (not freed here) or a communicator split from a member (freed here while unbroken).
-  MpiCommunicator(MPI_Comm comm, std::shared_ptr<mpi::MpiFamily> family, std::chrono::milliseconds timeout)
+  // `cuda_aware`: takes CUDA memory (mpi::cuda_aware()).
+  MpiCommunicator(MPI_Comm comm, std::shared_ptr<mpi::MpiFamily> family, std::chrono::milliseconds timeout,
+                  bool cuda_aware)
       : TimedCommunicator(timeout),
         comm_(comm),
         family_(std::move(family)),
+        cuda_aware_(cuda_aware),
         ring_min_bytes_(mpi::ring_min_bytes_from_env()),
         ops_(std::make_shared<OpBuffers>()) {
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -68,11 +63,13 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+  bool takes(Device device) const override { return device.is_cpu() || (cuda_aware_ && device.is_cuda()); }
 
   void allreduce(const TensorView& inout, ReduceOp op) override {
     require_memory(Memory::of(inout), "allreduce");
     require_reduce(inout.dtype(), op);
     const int count = to_int(inout.numel(), "allreduce element count", rank_);
+    if (!inout.device().is_cpu()) return allreduce_on_device(inout, op, count);
     enter("allreduce");
     learn_layout(inout.bytes());
     const std::shared_ptr<OpBuffers> ops = ops_;  // kept: an abandoned request swaps ops_ for fresh buffers
@@ -116,47 +113,46 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
     const int count = to_int(send.size(), "allgather bytes", rank_);
     to_int(recv.size(), "allgather receive bytes", rank_);
     enter("allgather");
-    OpBuffers& b = stage_in(send, recv.size());
+    const mpi::Staged b = mpi::stage_in(*ops_, send, recv.size(), memory);
     MPI_Request request;
-    check(MPI_Iallgather(nonnull(b.send.data()), count, MPI_BYTE, nonnull(b.recv.data()), count, MPI_BYTE, comm_,
-                         &request),
+    check(MPI_Iallgather(nonnull(b.send), count, MPI_BYTE, nonnull(b.recv), count, MPI_BYTE, comm_, &request),
           "MPI_Iallgather", send.size());
     wait(request, "allgather", recv.size());
-    copy_bytes(recv.data(), b.recv.data(), recv.size());
+    mpi::copy_out(*ops_, recv, b.recv, memory);
   }
 
   void allgatherv(std::span<const std::byte> send, std::span<const std::size_t> recv_counts,
                   std::span<std::byte> recv, Memory memory) override {
     require_memory(memory, "allgatherv");
     OpBuffers& b = *ops_;
-    to_counts(recv_counts, recv.size(), b.counts, b.displs, "allgatherv");
+    mpi::to_counts(recv_counts, recv.size(), b.counts, b.displs, "allgatherv", rank_, size_);
     GRADCOMP_CHECK(recv_counts[rank_] == send.size(),
                    "mpi communicator: allgatherv on rank {} sends {} bytes but recv_counts[{}] = {}", rank_,
                    send.size(), rank_, recv_counts[rank_]);
     enter("allgatherv");
-    stage_in(send, recv.size());
+    const mpi::Staged staged = mpi::stage_in(b, send, recv.size(), memory);
     MPI_Request request;
-    check(MPI_Iallgatherv(nonnull(b.send.data()), b.counts[rank_], MPI_BYTE, nonnull(b.recv.data()), b.counts.data(),
+    check(MPI_Iallgatherv(nonnull(staged.send), b.counts[rank_], MPI_BYTE, nonnull(staged.recv), b.counts.data(),
                           b.displs.data(), MPI_BYTE, comm_, &request),
           "MPI_Iallgatherv", send.size());
     wait(request, "allgatherv", recv.size());
-    copy_bytes(recv.data(), b.recv.data(), recv.size());
+    mpi::copy_out(b, recv, staged.recv, memory);
   }
 
   void alltoallv(std::span<const std::byte> send, std::span<const std::size_t> send_counts,
                  std::span<std::byte> recv, std::span<const std::size_t> recv_counts, Memory memory) override {
     require_memory(memory, "alltoallv");
     OpBuffers& b = *ops_;
-    to_counts(send_counts, send.size(), b.counts, b.displs, "alltoallv (send)");
-    to_counts(recv_counts, recv.size(), b.recv_counts, b.recv_displs, "alltoallv (receive)");
+    mpi::to_counts(send_counts, send.size(), b.counts, b.displs, "alltoallv (send)", rank_, size_);
+    mpi::to_counts(recv_counts, recv.size(), b.recv_counts, b.recv_displs, "alltoallv (receive)", rank_, size_);
     enter("alltoallv");
-    stage_in(send, recv.size());
+    const mpi::Staged staged = mpi::stage_in(b, send, recv.size(), memory);
     MPI_Request request;
-    check(MPI_Ialltoallv(nonnull(b.send.data()), b.counts.data(), b.displs.data(), MPI_BYTE, nonnull(b.recv.data()),
+    check(MPI_Ialltoallv(nonnull(staged.send), b.counts.data(), b.displs.data(), MPI_BYTE, nonnull(staged.recv),
                          b.recv_counts.data(), b.recv_displs.data(), MPI_BYTE, comm_, &request),
           "MPI_Ialltoallv", send.size());
     wait(request, "alltoallv", send.size() + recv.size());
-    copy_bytes(recv.data(), b.recv.data(), recv.size());
+    mpi::copy_out(b, recv, staged.recv, memory);
   }
 
   void broadcast(std::span<std::byte> buffer, int root, Memory memory) override {
@@ -164,13 +160,11 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
     GRADCOMP_CHECK(root >= 0 && root < size_, "mpi communicator: broadcast root {} out of range [0, {})", root, size_);
     const int count = to_int(buffer.size(), "broadcast bytes", rank_);
     enter("broadcast");
-    OpBuffers& b = *ops_;
-    b.recv.resize(buffer.size());
-    copy_bytes(b.recv.data(), buffer.data(), buffer.size());  // the root's data; overwritten elsewhere
+    const mpi::Staged b = mpi::stage_in(*ops_, buffer, 0, memory);  // the root's data; overwritten elsewhere
     MPI_Request request;
-    check(MPI_Ibcast(nonnull(b.recv.data()), count, MPI_BYTE, root, comm_, &request), "MPI_Ibcast", buffer.size());
+    check(MPI_Ibcast(nonnull(b.send), count, MPI_BYTE, root, comm_, &request), "MPI_Ibcast", buffer.size());
     wait(request, "broadcast", buffer.size());
-    copy_bytes(buffer.data(), b.recv.data(), buffer.size());
+    mpi::copy_out(*ops_, buffer, b.send, memory);
   }
 
   void barrier() override {
@@ -189,7 +183,7 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
     MPI_Comm child = MPI_COMM_NULL;
     check(MPI_Comm_split(comm_, color < 0 ? MPI_UNDEFINED : color, key, &child), "MPI_Comm_split", 0);
     if (child == MPI_COMM_NULL) return nullptr;
-    return std::make_unique<MpiCommunicator>(child, family_, timeout_);
+    return std::make_unique<MpiCommunicator>(child, family_, timeout_, cuda_aware_);
   }
 
   int node_color() override {
@@ -201,7 +195,7 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
     barrier();  // MPI_Comm_split_type blocks: make sure everybody is here first
     MPI_Comm shared = MPI_COMM_NULL;
     check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &shared), "MPI_Comm_split_type", 0);
-    MpiCommunicator node(shared, family_, timeout_);
+    MpiCommunicator node(shared, family_, timeout_, cuda_aware_);
     std::int32_t leader = rank_;
     node.broadcast(std::as_writable_bytes(std::span(&leader, 1)), 0, Memory::host());
     node_color_ = leader;
@@ -289,13 +283,27 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
     ring_layout_ = distinct.size() == 1 || distinct.size() == colors.size();
   }
 
-  // The buffers of this call with `send` copied in and room for `recv_bytes`.
-  OpBuffers& stage_in(std::span<const std::byte> send, std::size_t recv_bytes) {
-    OpBuffers& b = *ops_;
-    b.send.resize(send.size());
-    copy_bytes(b.send.data(), send.data(), send.size());
-    b.recv.resize(recv_bytes);
-    return b;
+  // allreduce of CUDA memory (a CUDA-aware MPI): MPI_Iallreduce over the device blocks with MPI's own ops; a
+  // reduction MPI can only run on the host (f16/bf16 sums: a user-defined op; the average's division) goes through a
+  // host copy (comm/host_copy.h) and the host path.
+  void allreduce_on_device(const TensorView& inout, ReduceOp op, int count) {
+    if (inout.dtype() == DType::kF16 || inout.dtype() == DType::kBF16 || op == ReduceOp::kAverage) {
+      comm::HostCopy copy(inout);
+      allreduce(copy.host_view(), op);
+      copy.copy_back();
+      return;
+    }
+    enter("allreduce");
+    const Memory memory = Memory::of(inout);
+    const std::span<std::byte> bytes(static_cast<std::byte*>(inout.data()), inout.bytes());
+    const mpi::Staged b = mpi::stage_in(*ops_, bytes, bytes.size(), memory);
+    const MPI_Op mpi_op = op == ReduceOp::kMax ? MPI_MAX : op == ReduceOp::kMin ? MPI_MIN : MPI_SUM;
+    MPI_Request request;
+    check(MPI_Iallreduce(nonnull(b.send), nonnull(b.recv), count, mpi::datatype(inout.dtype()), mpi_op, comm_,
+                         &request),
+          "MPI_Iallreduce", bytes.size());
+    wait(request, "allreduce", bytes.size());
+    mpi::copy_out(*ops_, bytes, b.recv, memory);
   }
 
   // Gives up on `request`: it and the buffers it targets go to the graveyard, the communicator gets fresh ones.
@@ -355,13 +363,9 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
     }
   }
 
-  void to_counts(std::span<const std::size_t> counts, std::size_t total, std::vector<int>& out,
-                 std::vector<int>& displs, std::string_view what) const {
-    mpi::to_counts(counts, total, out, displs, what, rank_, size_);
-  }
-
   MPI_Comm comm_;
   std::shared_ptr<mpi::MpiFamily> family_;
+  bool cuda_aware_ = false;
   int rank_ = 0, size_ = 1;
   bool owns_comm_ = false;
   std::size_t ring_min_bytes_;
@@ -376,13 +380,14 @@ std::unique_ptr<Communicator> make_mpi_world_communicator(const MpiOptions& opti
   GRADCOMP_CHECK(options.timeout.count() > 0, "make_mpi_world_communicator: timeout must be positive, got {} ms",
                  options.timeout.count());
   mpi::ensure_initialized();
+  const bool cuda_aware = mpi::cuda_aware();  // before the dup: a bad GRADCOMP_MPI_CUDA_AWARE throws
   MPI_Comm world = MPI_COMM_NULL;
   const int rc = MPI_Comm_dup(MPI_COMM_WORLD, &world);
   if (rc != MPI_SUCCESS) {
     throw CommError(fmt::format("MPI_Comm_dup(MPI_COMM_WORLD) failed: {}", mpi::error_string(rc)));
   }
   auto family = std::make_shared<mpi::MpiFamily>(world);
-  return std::make_unique<MpiCommunicator>(world, std::move(family), options.timeout);
+  return std::make_unique<MpiCommunicator>(world, std::move(family), options.timeout, cuda_aware);
 }
 
 }  // namespace gradcomp

@@ -52,8 +52,8 @@ class Communicator {
   // "mpi", "nccl", "local", "torch:gloo", "torch:nccl".
   virtual std::string backend() const = 0;
   // True when every call takes buffers on `device` directly. Host memory: the MPI and in-process backends, torch on
-  // gloo, and (staging small control messages itself) NCCL and torch on NCCL. CUDA memory: NCCL (its own device) and
-  // torch on NCCL.
+  // gloo, and (staging small control messages itself) NCCL and torch on NCCL. CUDA memory: NCCL (its own device),
+  // torch on NCCL, and MPI when the library is CUDA-aware (or GRADCOMP_MPI_CUDA_AWARE=1; =0 keeps it host-only).
   virtual bool takes(Device device) const { return device.is_cpu(); }
 
   // Deadline for every blocking call (default 60 s, or GRADCOMP_TIMEOUT_S).

@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "comm/mpi/mpi_cuda_aware.h"
 #include "comm/owned_buffer_allreduce.h"
+#include "gradcomp/config.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/error.h"
 #include "tests/comm/communicator_conformance.h"
@@ -30,6 +34,22 @@ TEST(MpiCommunicator, ConformanceAllreduce) { testing::conformance_allreduce(mpi
 TEST(MpiCommunicator, ConformanceCollectives) { testing::conformance_collectives(mpi_world()); }
 TEST(MpiCommunicator, ConformanceSplit) { testing::conformance_split(mpi_world()); }
 TEST(MpiCommunicator, ConformanceMemory) { testing::conformance_memory(mpi_world()); }
+
+// CUDA memory is taken exactly when the process decided the MPI library is CUDA-aware; GRADCOMP_MPI_CUDA_AWARE=0
+// keeps it host-only, =1 takes it in a CUDA build (CTest runs both, comm/mpi/mpi_cuda_aware.h).
+TEST(MpiCommunicator, TakesCudaMemoryOnlyWhenCudaAware) {
+  Communicator& comm = mpi_world();
+  EXPECT_TRUE(comm.takes(Device::cpu()));
+  EXPECT_EQ(comm.takes(Device::cuda(0)), mpi::cuda_aware());
+  const std::string forced = std::getenv("GRADCOMP_MPI_CUDA_AWARE") ? std::getenv("GRADCOMP_MPI_CUDA_AWARE") : "";
+  if (forced == "0") {
+    EXPECT_FALSE(comm.takes(Device::cuda(0)));
+  } else if (forced == "1") {
+    EXPECT_EQ(comm.takes(Device::cuda(0)), GRADCOMP_WITH_CUDA != 0);
+  }
+  std::unique_ptr<Communicator> child = comm.split(0, comm.rank());
+  EXPECT_EQ(child->takes(Device::cuda(0)), comm.takes(Device::cuda(0)));
+}
 
 TEST(MpiCommunicator, NodeColor) {
   Communicator& comm = mpi_world();

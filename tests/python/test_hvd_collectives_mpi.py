@@ -50,6 +50,14 @@ def check_allreduce(rank, size):
             _eq(hvd.allreduce(mine, op=hvd.Average), (total.double() * (1.0 / size)).to(dt), f"Average {dt}")
             _eq(hvd.allreduce(mine, op=hvd.Average, postscale_factor=3.0),
                 (total.double() * (3.0 / size)).to(dt), f"scaled Average {dt}")
+    # Past comm_ops.GATHER_MAX_BYTES the reduce-scatter + allgather path (an odd length: the last chunk padded).
+    for dt in (torch.float64, torch.int32, torch.int64, torch.float16, torch.bfloat16, torch.float32):
+        parts = torch.stack([_x(r, torch.float64, (7, 151)) for r in range(size)])
+        mine = parts[rank].to(dt)
+        _eq(hvd.allreduce(mine, op=hvd.Sum), parts.sum(0).to(dt), f"Sum {dt} (7, 151)")
+        _eq(hvd.allreduce(mine, op=hvd.Min), parts.amin(0).to(dt), f"Min {dt} (7, 151)")
+        _eq(hvd.allreduce(mine, op=hvd.Max), parts.amax(0).to(dt), f"Max {dt} (7, 151)")
+        _eq(hvd.allreduce(mine, op=hvd.Product), parts.prod(0).to(dt), f"Product {dt} (7, 151)")
     x, total = xs[torch.float32][rank], sum(xs[torch.float32][1:], xs[torch.float32][0].clone())
     h = hvd.allreduce_async(x, op=hvd.Sum)
     assert hvd.poll(h)

@@ -1,6 +1,7 @@
 """The C++ TorchCommunicator (gradcomp's Communicator over a torch.distributed gloo group), driven through its
 Communicator bindings on 3 spawned ranks: closed-form results of every operation, half-precision sums in float32
-(identical bits on every rank, for the split sum and the small-buffer path), split into sub-groups, and the timeout."""
+(identical bits on every rank, for the split sum and the small-buffer path), the bytes the Python collectives' allreduce
+sends, split into sub-groups, and the timeout."""
 import time
 
 import torch
@@ -10,6 +11,7 @@ import torch.multiprocessing as mp
 import gradcomp
 import helpers
 from gradcomp import _gradcomp as _C
+from gradcomp.torch import comm_ops
 from gradcomp.torch import exchange as _torch_comm
 
 WORLD = 3
@@ -78,6 +80,31 @@ def _check_bytes(comm, rank, world):
     comm.barrier()
 
 
+def _check_python_allreduce_bytes(comm, adapter, rank, world):
+    """comm_ops.allreduce of what the Communicator's allreduce does not take (float64 sum and average, int32 max,
+    float16 sum; an odd length, so the last chunk is padded): each rank sends about 2(n-1)/n of the tensor's bytes
+    (adapter.sent_bytes), as a ring allreduce, not the (n-1) copies of an allgather; the result is the reduction in
+    rank order (half precision in float32, rounded once), the same bits on every rank."""
+    numel = 3 * 4096 + 1
+    cases = [(torch.float64, "sum"), (torch.float64, "average"), (torch.int32, "max"), (torch.float16, "sum")]
+    for dtype, op in cases:
+        gen = [torch.Generator().manual_seed(11 * r + 5) for r in range(world)]
+        parts = [(torch.randn(numel, generator=g) * 1000).to(dtype) for g in gen]
+        acc = parts[0].float() if dtype == torch.float16 else parts[0].clone()
+        for p in parts[1:]:
+            acc = torch.maximum(acc, p) if op == "max" else acc + p
+        expected = (acc / world if op == "average" else acc).to(dtype)
+        before = adapter.sent_bytes
+        got = comm_ops.allreduce(parts[rank], op, comm)
+        sent = adapter.sent_bytes - before
+        nbytes = numel * parts[rank].element_size()
+        assert torch.equal(got, expected), f"{dtype} {op}: differs from the reduction in rank order"
+        assert _same_on_every_rank(got), f"{dtype} {op}: ranks differ"
+        chunk = -(-numel // world) * parts[rank].element_size()
+        assert sent <= 2 * (world - 1) * chunk, f"{dtype} {op}: sent {sent} bytes for a tensor of {nbytes}"
+        assert sent < (world - 1) * nbytes, f"{dtype} {op}: sent {sent} bytes, an allgather's worth"
+
+
 def _check_split(comm, rank, world):
     # Even and odd ranks; the last rank sits out (negative color).
     color = -1 if rank == world - 1 else rank % 2
@@ -117,11 +144,13 @@ def _check_timeout(comm, rank):
 
 def _worker(rank, world, url):
     helpers.init_gloo(rank, world, url)
-    comm = _C.TorchCommunicator(_torch_comm.ProcessGroupAdapter())
+    adapter = _torch_comm.ProcessGroupAdapter()
+    comm = _C.TorchCommunicator(adapter)
     assert (comm.rank, comm.size, comm.backend) == (rank, world, "torch:gloo")
     assert abs(comm.timeout_s - 90.0) < 1e-3, comm.timeout_s  # the process group's own timeout
     _check_bytes(comm, rank, world)
     _check_half_sums(comm, rank, world)
+    _check_python_allreduce_bytes(comm, adapter, rank, world)
     _check_split(comm, rank, world)
     _check_timeout(comm, rank)
     del comm

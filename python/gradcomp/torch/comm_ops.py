@@ -5,9 +5,11 @@ allgather of equal shapes, allgatherv along the first dimension, alltoallv, broa
 
 Tensors may live on any device: the Communicator's byte calls take host memory, so a tensor that lives elsewhere
 travels through a host copy and the result comes back on its device. A float32 sum or average is the Communicator's
-own allreduce; every other dtype and op is reduced here, in rank order, from an allgather (exact and
-deterministic on every backend; half precision accumulates in float32 and rounds once). Failures raise
-HorovodInternalError (errors.py)."""
+own allreduce; every other dtype and op is reduced here in rank order (exact and deterministic on every backend; half
+precision accumulates in float32 and rounds once): by a reduce-scatter and an allgather (an alltoall of n chunks, each
+rank reduces its chunk over the ranks in rank order, an allgather of the reduced chunks: 2(n-1)/n of the tensor's bytes
+leave each rank, as in a ring allreduce), or, when all ranks' copies together fit GATHER_MAX_BYTES, from one allgather
+(one round instead of two, for latency-bound sizes). Failures raise HorovodInternalError (errors.py)."""
 import functools
 
 import torch
@@ -17,6 +19,8 @@ from .errors import _internal_errors
 
 HOST = torch.device("cpu")
 _NATIVE_OPS = ("sum", "average")  # what the Communicator's allreduce takes from Python (float32)
+_HALF = (torch.float16, torch.bfloat16)
+GATHER_MAX_BYTES = 4096  # a tensor whose n copies fit this is reduced from one allgather
 
 
 def transport_device():
@@ -44,7 +48,8 @@ def as_bytes(t):
 
 @_staged
 def allreduce(t, op, comm):
-    """op over the communicator's ranks of `t` (sum, average, min, max, product), any dtype; a new tensor."""
+    """op over the communicator's ranks of `t` (sum, average, min, max, product), any dtype (average: floating point
+    only); a new tensor, the same bits on every rank."""
     t = t.detach().contiguous()
     if t.dtype == torch.float32 and op in _NATIVE_OPS:
         out = t.clone()
@@ -52,14 +57,38 @@ def allreduce(t, op, comm):
             with _internal_errors():
                 comm.allreduce(out.view(-1), op)
         return out
-    if op == "average":
-        raise InvalidArgument(f"allreduce: op 'average' takes float32 here, got {t.dtype}")
-    parts = allgather_fixed(t, comm)
-    half = t.dtype in (torch.float16, torch.bfloat16)
-    acc = parts[0].float() if half else parts[0].clone()
-    for i in range(1, comm.size):
-        part = parts[i].float() if half else parts[i]
-        if op == "sum":
+    if op == "average" and not t.is_floating_point():
+        raise InvalidArgument(f"allreduce: op 'average' takes floating-point tensors, got {t.dtype}")
+    if t.numel() == 0:
+        return t.clone()
+    if comm.size * t.numel() * t.element_size() <= GATHER_MAX_BYTES:
+        return _in_rank_order(allgather_fixed(t, comm).view(comm.size, -1), op).view(t.shape)
+    return _reduce_scatter_allgather(t, op, comm)
+
+
+def _reduce_scatter_allgather(t, op, comm):
+    """allreduce's bandwidth-bound path: rank d reduces chunk d of every rank's `t` in rank order, then every rank
+    gathers the reduced chunks (the last chunk padded)."""
+    n, flat = comm.size, t.reshape(-1)
+    m = -(-flat.numel() // n)
+    padded = flat if flat.numel() == n * m else torch.cat([flat, flat.new_zeros(n * m - flat.numel())])
+    chunks = torch.empty(n * m, dtype=t.dtype)  # chunk `comm.rank` of every rank, in rank order
+    out = torch.empty(n * m, dtype=t.dtype)
+    counts = [m * t.element_size()] * n
+    with _internal_errors():
+        comm.alltoallv(as_bytes(padded), counts, as_bytes(chunks), counts)
+        comm.allgather(as_bytes(_in_rank_order(chunks.view(n, m), op)), as_bytes(out))
+    return out[:flat.numel()].view(t.shape)
+
+
+def _in_rank_order(parts, op):
+    """op over the rows of `parts` (one per rank), row 0 first; half types accumulate in float32 and round once; an
+    average divides the sum by the row count before that rounding."""
+    dtype = parts.dtype
+    acc = parts[0].float() if dtype in _HALF else parts[0].clone()
+    for part in parts[1:]:
+        part = part.float() if dtype in _HALF else part
+        if op in ("sum", "average"):
             acc += part
         elif op == "product":
             acc *= part
@@ -67,7 +96,9 @@ def allreduce(t, op, comm):
             acc = torch.minimum(acc, part)
         else:
             acc = torch.maximum(acc, part)
-    return acc.to(t.dtype)
+    if op == "average":
+        acc /= parts.shape[0]
+    return acc.to(dtype)
 
 
 @_staged

@@ -53,7 +53,11 @@ class ProcessGroupAdapter:
     `device`: the CUDA device whose memory the group takes (NCCL), else None; the C++ TorchCommunicator then hands
     the calls of a CUDA bucket device tensors with the `stream` that produced them (the collective runs ordered on
     it), and nothing is copied. Host tensors on such a group are copied to the device and back, counted in
-    `staged_bytes`."""
+    `staged_bytes`.
+
+    `sent_bytes` counts the bytes this rank sends, in the model of AllreduceStats' wire_bytes (ring schedules):
+    2(n-1)/n of the buffer for an all_reduce, (n-1) blocks for an all_gather, the blocks addressed to other ranks for
+    an all_to_all, (n-1)/n of the buffer for a broadcast (each byte leaves n-1 ranks' worth once, on average)."""
 
     def __init__(self, group=None):
         self.group = group
@@ -64,6 +68,7 @@ class ProcessGroupAdapter:
         self.device = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else None
         self.split_sum_min_bytes = SPLIT_SUM_MIN_BYTES
         self.staged_bytes = 0
+        self.sent_bytes = 0
         self._buffers = {}
 
     # -- the Communicator operations ----------------------------------------------------------------------------------
@@ -73,6 +78,7 @@ class ProcessGroupAdapter:
             self._sum_half(t, divisor, timeout_s)
             return
         with _on_stream(t, stream), self._on_device(t) as d:
+            self._count_allreduce(d)
             self._run("allreduce", timeout_s, lambda: dist.all_reduce(d, op=_OPS[op], group=self.group, async_op=True),
                       d)
             if divisor != 1:
@@ -85,6 +91,7 @@ class ProcessGroupAdapter:
         with _on_stream(recv, stream), self._on_device(recv) as r:
             s = self._to_device(send)
             outs = list(r.view(self.size, m).unbind(0))
+            self.sent_bytes += (self.size - 1) * _nbytes(s)
             self._run("allgather", timeout_s, lambda: dist.all_gather(outs, s, group=self.group, async_op=True),
                       outs, s)
 
@@ -109,12 +116,14 @@ class ProcessGroupAdapter:
     def alltoallv(self, send, send_counts, recv, recv_counts, timeout_s, stream=0):
         with _on_stream(recv, stream), self._on_device(recv) as r:
             s = self._to_device(send)
+            self.sent_bytes += sum(send_counts) - send_counts[self.rank]
             self._run("alltoallv", timeout_s, lambda: dist.all_to_all_single(
                 r, s, output_split_sizes=list(recv_counts), input_split_sizes=list(send_counts), group=self.group,
                 async_op=True), r, s)
 
     def broadcast(self, buffer, root, timeout_s, stream=0):
         with _on_stream(buffer, stream), self._on_device(buffer) as b:
+            self.sent_bytes += (self.size - 1) * _nbytes(b) // self.size
             self._run("broadcast", timeout_s,
                       lambda: dist.broadcast(b, self._global_rank(root), group=self.group, async_op=True), b)
 
@@ -155,6 +164,7 @@ class ProcessGroupAdapter:
             return
         if 2 * n < self.split_sum_min_bytes:
             acc = t.float()
+            self._count_allreduce(acc)
             self._run("allreduce", timeout_s, lambda: dist.all_reduce(acc, group=self.group, async_op=True), acc)
             t.copy_(acc.div_(divisor) if divisor != 1 else acc)
             return
@@ -167,6 +177,7 @@ class ProcessGroupAdapter:
             padded[n:].zero_()
         chunks = self._buffer("half_chunks", world * m, t.dtype)
         chunk_bytes, padded_bytes = chunks.view(torch.uint8), padded.view(torch.uint8)
+        self.sent_bytes += (world - 1) * m * t.element_size()
         self._run("allreduce (all_to_all)", timeout_s, lambda: dist.all_to_all_single(
             chunk_bytes, padded_bytes, group=self.group, async_op=True), chunk_bytes, padded_bytes)
         acc = self._buffer("half_acc", m, torch.float32)
@@ -182,6 +193,9 @@ class ProcessGroupAdapter:
             t.copy_(padded[:n])
 
     # -- plumbing -----------------------------------------------------------------------------------------------------
+    def _count_allreduce(self, t):
+        self.sent_bytes += 2 * (self.size - 1) * _nbytes(t) // self.size
+
     def _run(self, what, timeout_s, issue, *tensors):
         """Issues a collective (async) on `tensors` and waits for it at most timeout_s, as gradcomp errors. The
         tensors and the work stay referenced past the call (lifetimes.keep_for_torch)."""
@@ -225,6 +239,10 @@ class ProcessGroupAdapter:
         if d is not t:
             self.staged_bytes += t.numel() * t.element_size()
             t.copy_(d)
+
+
+def _nbytes(t):
+    return t.numel() * t.element_size()
 
 
 @contextlib.contextmanager
