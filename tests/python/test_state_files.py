@@ -142,9 +142,9 @@ def test_python_codec_state_files():
     state = c.state_dict()
     fresh = gradcomp.compressor("counting")
     list(_check_refusals(fresh, state, b"calls", [("a C++ codec's", gradcomp.compressor("none").state_dict())],
-                         lambda: fresh._impl.calls))
+                         lambda: fresh._object.calls))
     fresh.load_state_dict(state)
-    assert fresh._impl.calls == 2
+    assert fresh._object.calls == 2
 
 
 def _worker(rank, url):
