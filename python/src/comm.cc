@@ -225,7 +225,10 @@ void init_comm(nb::module_& m) {
             r.wait(Handle{id});
           },
           "handle"_a)
-      .def("poll", [](const Runtime& r, std::uint64_t id) { return r.poll(Handle{id}); }, "handle"_a)
+      // Every call that may wait on the runtime's locks releases the GIL: the runtime's threads take it to run
+      // Python codecs (python/src/python_codec.h).
+      .def("poll", [](const Runtime& r, std::uint64_t id) { return r.poll(Handle{id}); }, "handle"_a,
+           nb::call_guard<nb::gil_scoped_release>())
       .def("synchronize",
            [](Runtime& r) {
              nb::gil_scoped_release release;
@@ -247,7 +250,7 @@ void init_comm(nb::module_& m) {
       .def("start_timeline", &Runtime::start_timeline, "path"_a,
            "Writes the Chrome-trace timeline to `path` ({rank} replaced; without it only rank 0 writes) from now on.")
       .def("stop_timeline", &Runtime::stop_timeline, "Closes the timeline file (valid JSON).")
-      .def("residual", &Runtime::residual, "name"_a)
+      .def("residual", &Runtime::residual, "name"_a, nb::call_guard<nb::gil_scoped_release>())
       .def(
           "save_state",
           [](const Runtime& r) {
@@ -270,7 +273,11 @@ void init_comm(nb::module_& m) {
           "state"_a, "Restores a state from save_state() of the same rank (same options and world size).")
       .def("stats",
            [](const Runtime& r) {
-             const RuntimeStats s = r.stats();
+             RuntimeStats s;
+             {
+               nb::gil_scoped_release release;
+               s = r.stats();
+             }
              nb::dict d;
              d["cycles"] = s.cycles;
              d["busy_cycles"] = s.busy_cycles;
