@@ -165,12 +165,6 @@ void init_comm(nb::module_& m) {
       "dense sum inside each node (comm.node_color(), GRADCOMP_LOCAL_SIZE), compressed between node leaders (node "
       "groups built for this call). Returns the AllreduceStats as a dict.");
   m.attr("has_runtime") = true;
-  m.def(
-      "state_checksum",
-      [](nb::bytes data) {
-        return state_checksum({static_cast<const std::byte*>(data.data()), data.size()});
-      },
-      "data"_a, "The checksum of every saved state (FNV-1a, 64 bit), as Runtime.save_state() computes it.");
   nb::class_<Runtime>(m, "Runtime", "The fusion runtime over one communicator (background thread).")
       .def(
           "__init__",

@@ -258,6 +258,7 @@ NB_MODULE(_gradcomp, m) {
   gradcomp::python::init_errors(m);
   gradcomp::python::init_compressors(m);
   gradcomp::python::init_python_codecs(m);
+  gradcomp::python::init_state(m);
   gradcomp::python::init_comm(m);
   gradcomp::python::init_torch(m);
 }
