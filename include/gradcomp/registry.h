@@ -55,7 +55,8 @@ class Params {
   bool get_bool(std::string_view key) const;
   const std::string& get_string(std::string_view key) const;
   const std::map<std::string, std::string>& values() const { return values_; }
-  // "name:k=v,..." with every parameter that has a value, in declaration order if `order` is given.
+  // "name:k=v,..." with every parameter that has a value, in `order`; an empty `order` (undeclared parameters,
+  // CompressorInfo::open_params) gives every value in key order.
   std::string canonical(const std::vector<ParamSpec>& order) const;
 
  private:
@@ -78,6 +79,9 @@ struct CompressorInfo {
   std::function<std::unique_ptr<Compressor>(const Params&)> factory;
   // The parameter a positional argument sets in Python's Compression.<name>(x) (e.g. "ratio"); "" = none.
   std::string positional = {};
+  // Parameters are not declared (`params` is empty): every key=value of a spec reaches the factory as given, which
+  // checks them (Python-registered codecs, whose constructor does). The canonical spec keeps them in sorted order.
+  bool open_params = false;
 };
 
 // A spec parsed once and validated against its kind: what every component receives instead of re-parsing the
@@ -103,6 +107,8 @@ class Registry {
 
   // Adds a kind. Throws InvalidArgument if the name is taken or not [a-z0-9_]+ (check_compressor_name).
   void add(CompressorInfo info);
+  // Removes a kind; false if none had that name. A reference from info() to it must no longer be in use.
+  bool remove(std::string_view name);
   bool contains(std::string_view name) const;
   // Throws InvalidArgument listing the registered names if unknown.
   const CompressorInfo& info(std::string_view name) const;

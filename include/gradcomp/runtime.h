@@ -21,6 +21,7 @@
 #include "gradcomp/collectives.h"
 #include "gradcomp/communicator.h"
 #include "gradcomp/compressor.h"
+#include "gradcomp/state_envelope.h"  // save_state()'s envelope and state_checksum
 #include "gradcomp/tensor.h"
 
 namespace gradcomp {
@@ -265,8 +266,8 @@ class Runtime {
 
   // Checkpoint of this rank's compression state: the state of every compressor instance it created (per-name
   // residuals, DGC momenta, ..., and scatter-reduce-allgather's re-quantization residuals), the per-buffer step
-  // counters that feed the codecs' random streams, and the "auto" policy's calibration. The bytes are versioned and
-  // checksummed.
+  // counters that feed the codecs' random streams, and the "auto" policy's calibration, in the one state envelope
+  // (gradcomp/state_envelope.h: kind "runtime", this rank and world size), versioned and checksummed.
   // States are per rank (residuals differ between ranks): save on every rank, load each rank's own.
   // Legal only while no work is pending on this rank (after synchronize(), before the next allreduce_async(); not
   // from a completion callback): else InvalidArgument. Rethrows the error that stopped the runtime, if any.
@@ -296,9 +297,5 @@ class Runtime {
  private:
   std::unique_ptr<Impl> impl_;
 };
-
-// The checksum of every saved state, C++ and Python alike (save_state()'s envelope; the Python package's state
-// envelopes, gradcomp/_state.py): FNV-1a, 64 bit, of `bytes`.
-std::uint64_t state_checksum(std::span<const std::byte> bytes);
 
 }  // namespace gradcomp

@@ -1,9 +1,6 @@
 """Compressor objects (C++ codecs and Python-registered ones), spec strings and the Horovod-style Compression names."""
-import inspect
 import itertools
-import pickle
 import re
-import threading
 
 import numpy as _np
 
@@ -20,10 +17,6 @@ _NAME_RE = re.compile(r"[a-z0-9_]+", re.ASCII)
 # Each compressor object's agreement scope (see gradcomp.torch.exchange.allreduce_async): the exchanges of one hook
 # state or optimizer are checked across ranks once per layout.
 _agreement_scopes = itertools.count(1)
-
-_python_registry = {}
-_registry_lock = threading.Lock()
-
 
 
 def _format_value(value):
@@ -76,7 +69,10 @@ class Compressor:
     """
 
     def __init__(self, spec, **params):
-        self._impl = _C.make_compressor(make_spec(spec, **params))
+        self._init(_C.make_compressor(make_spec(spec, **params)))
+
+    def _init(self, impl):
+        self._impl = impl
         self._buffers = {}
         self.agreement_scope = next(_agreement_scopes)
 
@@ -155,155 +151,41 @@ class Compressor:
         return f"gradcomp.Compressor('{self.spec}')"
 
 
-class PythonCompressor:
-    """A Python codec with Horovod's compressor shape: ``compress(tensor) -> (payload, ctx)`` and
-    ``decompress(payload, ctx) -> tensor``. Its payloads are combined the way Horovod combines them: the payload
-    tensors of every rank are averaged (allreduce) and then decompressed with the local ctx.
-    """
-
-    is_python = True
-
-    def __init__(self, name, impl):
-        self._name = name
-        self._impl = impl
-        self.agreement_scope = next(_agreement_scopes)
-
-    @property
-    def name(self):
-        return self._name
-
-    @property
-    def spec(self):
-        return self._name
-
-    @property
-    def traits(self):
-        return {"summable": True, "gatherable": False, "requantizable": False, "lossy": True, "wire_dtype": "python"}
-
-    def compress(self, tensor, name="tensor", step=0, **_ignored):
-        return self._impl.compress(tensor)
-
-    def decompress(self, payload, ctx):
-        return self._impl.decompress(payload, ctx)
-
-    def allreduce(self, tensor, parts, op, world, allreduce_sum):
-        """Horovod's combination, the one path for Python codecs on every backend (they cannot run inside the C++
-        algorithms): each part (name, offset, numel) of the flat `tensor` is compressed, its payload divided by
-        `world` for op="average" (before the sum, so a float16 payload cannot overflow where the average would not),
-        summed in place by `allreduce_sum(payload)` (the backend's communicator) and decoded into the part with the
-        local ctx."""
-        for name, offset, numel, *_ in parts:
-            part = tensor[offset:offset + numel]
-            payload, ctx = self.compress(part, name=name)
-            payload = payload.contiguous()
-            if op == "average" and world > 1 and payload.is_floating_point():
-                payload = payload / world
-            allreduce_sum(payload.view(-1))
-            part.copy_(self.decompress(payload, ctx).reshape(part.shape))
-
-    def state_dict(self):
-        """The codec's own ``state_dict()`` (if it has one), pickled, in the checksummed envelope of _state.seal."""
-        return _state.seal("compressor", self._name, self._state_bytes())
-
-    def load_state_dict(self, state):
-        data, _ = _state.open_state(state, "compressor", self._name, where=f"{self!r}.load_state_dict")
-        self._load_state_bytes(data)
-
-    def _state_bytes(self):
-        sd = getattr(self._impl, "state_dict", None)
-        return pickle.dumps(sd()) if callable(sd) else b""
-
-    def _load_state_bytes(self, data):
-        ld = getattr(self._impl, "load_state_dict", None)
-        if callable(ld) and data:
-            ld(pickle.loads(data))
-
-    def __repr__(self):
-        return f"gradcomp.PythonCompressor('{self._name}', {self._impl!r})"
-
-
-def register_compressor(name, cls):
-    """Makes a Python codec usable wherever a built-in one is (``compressor(name)``, the DDP hook, the optimizer).
-
-    ``cls`` is a class (instantiated with the spec's parameters, or used as is when its methods are static, as in
-    Horovod) or an instance with ``compress(tensor) -> (payload, ctx)`` and ``decompress(payload, ctx)``.
-    """
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
-        raise InvalidArgument(f"register_compressor: name '{name}' must match [a-z0-9_]+")
-    for method in ("compress", "decompress"):
-        if not callable(getattr(cls, method, None)):
-            raise InvalidArgument(f"register_compressor('{name}'): {cls!r} has no {method}() method (Horovod shape: "
-                                  "compress(tensor) -> (payload, ctx), decompress(payload, ctx) -> tensor)")
-    with _registry_lock:
-        if name in _python_registry or name in {c["name"] for c in _C.list_compressors()}:
-            raise InvalidArgument(f"register_compressor: '{name}' is already registered")
-        _python_registry[name] = cls
-
-
-def unregister_compressor(name):
-    with _registry_lock:
-        _python_registry.pop(name, None)
-
-
-def _instantiate_python(name, cls, params):
-    if isinstance(cls, type):
-        try:
-            return cls(**params)
-        except TypeError:
-            if params:
-                raise InvalidArgument(f"compressor '{name}': {cls.__name__}() does not take parameters "
-                                      f"{sorted(params)}") from None
-            return cls  # static methods only (Horovod style)
-    if params:
-        raise InvalidArgument(f"compressor '{name}' is a registered instance and takes no parameters")
-    return cls
-
-
-def _python_params(pairs):
-    """Keyword arguments of a Python codec from the spec's (key, value) pairs: numbers become int or float."""
-    params = {}
-    for k, v in pairs:
-        for conv in (int, float):
-            try:
-                v = conv(v)
-                break
-            except ValueError:
-                pass
-        params[k] = v
-    return params
-
-
 def _C_knows(name):
     return any(info["name"] == name for info in _C.list_compressors())
 
 
 def compressor(spec, **params):
-    """A new compressor from a spec (``"topk:ratio=0.01"``, ``"qsgd"``, ...) and keyword parameters.
+    """A new compressor from a spec (``"topk:ratio=0.01"``, ``"qsgd"``, ``"myq:bits=4"``, ...) and keyword parameters.
 
-    Python-registered names are looked up first, then the C++ registry. A bad spec raises gradcomp.InvalidArgument
-    whose message lists the valid names or parameters.
+    Every name is looked up in the one C++ registry (built-ins, C++ and Python registrations); a Python codec comes
+    back as a PythonCompressor. A bad spec raises gradcomp.InvalidArgument whose message lists the valid names or
+    parameters.
     """
-    if isinstance(spec, (Compressor, PythonCompressor)):
+    if isinstance(spec, Compressor):
         return spec
     if _is_horovod_style(spec):
         if params:
             raise InvalidArgument(f"compressor({spec!r}): a Horovod-style compressor object takes no parameters")
         # Passed directly, as in Horovod (compression=MyCompressor): used as is, never instantiated.
-        return PythonCompressor(_horovod_name(spec), spec)
-    full = make_spec(spec, **params)
-    name, pairs = _C.parse_spec(full)
-    with _registry_lock:
-        cls = _python_registry.get(name)
-    if cls is not None:
-        return PythonCompressor(name, _instantiate_python(name, cls, _python_params(pairs)))
-    return Compressor(full)
+        return PythonCompressor(_C.wrap_python_codec(_horovod_name(spec), spec))
+    return _wrap(_C.make_compressor(make_spec(spec, **params)))
+
+
+def _wrap(impl):
+    """The Python object of a C++ Compressor: a PythonCompressor over a Python codec, else a Compressor."""
+    if _C.python_codec_object(impl) is not None:
+        return PythonCompressor(impl)
+    c = Compressor.__new__(Compressor)
+    c._init(impl)
+    return c
 
 
 def owned_compressor(spec, **params):
     """compressor(spec, **params) for an owner of compressor state (an optimizer, a hook): a gradcomp Compressor
     object passed in is not shared but copied from its spec (a fresh instance, no state), so two owners given the same
     object never see each other's residuals. Python codecs are used as given (Horovod's semantics)."""
-    if isinstance(spec, Compressor):
+    if isinstance(spec, Compressor) and not spec.is_python:
         return Compressor(spec.spec, **params)
     return compressor(spec, **params)
 
@@ -321,14 +203,12 @@ def _horovod_name(obj):
 
 
 def list_compressors():
-    """Every compressor kind: dicts with name, summary, traits, params (C++ built-ins, then Python-registered)."""
+    """Every compressor kind of the one registry: dicts with name, summary, traits, params (built-ins, then C++ and
+    Python registrations in registration order); Python codecs also carry "python": True."""
     out = list(_C.list_compressors())
-    with _registry_lock:
-        for name, cls in _python_registry.items():
-            out.append({"name": name, "summary": (inspect.getdoc(cls) or "").split("\n")[0],
-                        "traits": {"summable": True, "gatherable": False, "requantizable": False, "lossy": True,
-                                   "wire_dtype": "python"},
-                        "params": [], "python": True})
+    for info in out:
+        if info["name"] in _python_codecs.registered:
+            info["python"] = True
     return out
 
 
@@ -412,7 +292,7 @@ class _CompressionNames(type):
     list of names exists once, in the registry: ``Compression.powersgd(4)``, ``Compression.qsgd(bits=4)``."""
 
     def __getattr__(cls, name):
-        if not name.startswith("_") and (_C_knows(name) or name in _python_registry):
+        if not name.startswith("_") and _C_knows(name):
             return CompressionSpec(name)
         raise AttributeError(f"Compression has no compressor '{name}' (registered: "
                              f"{', '.join(c['name'] for c in list_compressors())})")
@@ -432,3 +312,8 @@ class Compression(metaclass=_CompressionNames):
     def custom(name, **params):
         """A registered (C++ or Python) compressor by name."""
         return CompressionSpec(make_spec(name, **params))
+
+
+# The Python codecs' half (a module of its own; it subclasses Compressor, so it comes after it).
+from . import _python_codecs  # noqa: E402
+from ._python_codecs import PythonCompressor, register_compressor, unregister_compressor  # noqa: E402,F401

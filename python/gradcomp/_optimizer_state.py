@@ -25,7 +25,7 @@ def load(opt, gc, ctx, load_wrapped):
     load changes nothing."""
     data, step = _state.open_state(gc, "optimizer", opt._compressor.spec, ctx.rank, ctx.size,
                                    where="DistributedOptimizer.load_state_dict")
-    rt = _runtime_state(opt, gc.get("runtime"), ctx)
+    rt = _runtime_state(opt, gc.get("runtime") if isinstance(gc, dict) else None, ctx)
     saved = opt._compressor._state_bytes()
     saved_rt = ctx.runtime.save_state() if rt is not None else None
     try:
@@ -42,8 +42,8 @@ def load(opt, gc, ctx, load_wrapped):
 
 
 def _runtime_state(opt, rt, ctx):
-    """The runtime's state bytes in a checkpoint's gradcomp entry (written by gradcomp before optimizers owned their
-    compressor on the runtime backend), or None."""
+    """The runtime's state bytes in a checkpoint's gradcomp entry (a version-2 envelope written by gradcomp before
+    optimizers owned their compressor on the runtime backend), or None."""
     if rt is None:
         return None
     if ctx.runtime is None:

@@ -9,6 +9,8 @@ namespace gradcomp::python {
 
 // Compressor class, make_compressor, list_compressors, canonical_spec.
 void init_compressors(nanobind::module_& m);
+// The one state envelope: seal_state, open_state, state_envelope_version, state_checksum.
+void init_state(nanobind::module_& m);
 // Communicators, compressed_allreduce and the Runtime.
 void init_comm(nanobind::module_& m);
 // TorchCommunicator (a Communicator over a torch.distributed process group) and ExchangeWorker (where the library has

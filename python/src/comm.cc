@@ -165,12 +165,6 @@ void init_comm(nb::module_& m) {
       "dense sum inside each node (comm.node_color(), GRADCOMP_LOCAL_SIZE), compressed between node leaders (node "
       "groups built for this call). Returns the AllreduceStats as a dict.");
   m.attr("has_runtime") = true;
-  m.def(
-      "state_checksum",
-      [](nb::bytes data) {
-        return state_checksum({static_cast<const std::byte*>(data.data()), data.size()});
-      },
-      "data"_a, "The checksum of every saved state (FNV-1a, 64 bit), as Runtime.save_state() computes it.");
   nb::class_<Runtime>(m, "Runtime", "The fusion runtime over one communicator (background thread).")
       .def(
           "__init__",
@@ -225,7 +219,10 @@ void init_comm(nb::module_& m) {
             r.wait(Handle{id});
           },
           "handle"_a)
-      .def("poll", [](const Runtime& r, std::uint64_t id) { return r.poll(Handle{id}); }, "handle"_a)
+      // Every call that may wait on the runtime's locks releases the GIL: the runtime's threads take it to run
+      // Python codecs (python/src/python_codec.h).
+      .def("poll", [](const Runtime& r, std::uint64_t id) { return r.poll(Handle{id}); }, "handle"_a,
+           nb::call_guard<nb::gil_scoped_release>())
       .def("synchronize",
            [](Runtime& r) {
              nb::gil_scoped_release release;
@@ -247,7 +244,7 @@ void init_comm(nb::module_& m) {
       .def("start_timeline", &Runtime::start_timeline, "path"_a,
            "Writes the Chrome-trace timeline to `path` ({rank} replaced; without it only rank 0 writes) from now on.")
       .def("stop_timeline", &Runtime::stop_timeline, "Closes the timeline file (valid JSON).")
-      .def("residual", &Runtime::residual, "name"_a)
+      .def("residual", &Runtime::residual, "name"_a, nb::call_guard<nb::gil_scoped_release>())
       .def(
           "save_state",
           [](const Runtime& r) {
@@ -270,7 +267,11 @@ void init_comm(nb::module_& m) {
           "state"_a, "Restores a state from save_state() of the same rank (same options and world size).")
       .def("stats",
            [](const Runtime& r) {
-             const RuntimeStats s = r.stats();
+             RuntimeStats s;
+             {
+               nb::gil_scoped_release release;
+               s = r.stats();
+             }
              nb::dict d;
              d["cycles"] = s.cycles;
              d["busy_cycles"] = s.busy_cycles;

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "python_codec.h"
 #include "gradcomp/compressor.h"
 #include "gradcomp/error.h"
 #include "gradcomp/registry.h"
@@ -107,12 +108,31 @@ nb::dict info_dict(const CompressorInfo& info) {
   }
   d["params"] = params;
   d["positional"] = info.positional;
+  d["open_params"] = info.open_params;
   return d;
 }
 
 std::span<const std::byte> bytes_of(const TensorView& view) {
   return {static_cast<const std::byte*>(view.data()), view.bytes()};
 }
+
+// Cyclic GC of Compressor objects: a Python codec's Compressor holds its Python object, which may hold the Compressor.
+int compressor_traverse(PyObject* self, visitproc visit, void* arg) {
+  Py_VISIT(Py_TYPE(self));
+  if (!nb::inst_ready(self)) return 0;
+  PyObject* held = python_codec_referent(*nb::inst_ptr<Compressor>(self));
+  Py_VISIT(held);
+  return 0;
+}
+
+int compressor_clear(PyObject* self) {
+  if (nb::inst_ready(self)) clear_python_codec(*nb::inst_ptr<Compressor>(self));
+  return 0;
+}
+
+PyType_Slot compressor_slots[] = {{Py_tp_traverse, reinterpret_cast<void*>(compressor_traverse)},
+                                  {Py_tp_clear, reinterpret_cast<void*>(compressor_clear)},
+                                  {0, nullptr}};
 
 }  // namespace
 
@@ -149,7 +169,8 @@ nb::object python_exception(const std::exception_ptr& error) {
 }
 
 void init_compressors(nb::module_& m) {
-  nb::class_<Compressor>(m, "Compressor", "A C++ gradient codec with per-tensor error-feedback state.")
+  nb::class_<Compressor>(m, "Compressor", "A C++ gradient codec with per-tensor error-feedback state.",
+                         nb::type_slots(compressor_slots))
       .def_prop_ro("name", [](const Compressor& c) { return std::string(c.name()); })
       .def_prop_ro("spec", &Compressor::spec)
       .def_prop_ro("traits", [](const Compressor& c) { return traits_dict(c.traits()); })
@@ -236,6 +257,8 @@ NB_MODULE(_gradcomp, m) {
   m.doc() = "gradcomp C++ core (use the gradcomp package, not this module)";
   gradcomp::python::init_errors(m);
   gradcomp::python::init_compressors(m);
+  gradcomp::python::init_python_codecs(m);
+  gradcomp::python::init_state(m);
   gradcomp::python::init_comm(m);
   gradcomp::python::init_torch(m);
 }

@@ -51,6 +51,14 @@ void Registry::add(CompressorInfo info) {
   infos_.push_back(std::make_unique<CompressorInfo>(std::move(info)));
 }
 
+bool Registry::remove(std::string_view name) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = std::find_if(infos_.begin(), infos_.end(), [&](const auto& info) { return info->name == name; });
+  if (it == infos_.end()) return false;
+  infos_.erase(it);
+  return true;
+}
+
 bool Registry::contains(std::string_view name) const {
   std::lock_guard<std::mutex> lock(mutex_);
   return std::any_of(infos_.begin(), infos_.end(), [&](const auto& info) { return info->name == name; });
@@ -80,6 +88,11 @@ Params Registry::validate(std::string_view spec) const {
     // Not a structured binding: clang 14 (the fuzz build's compiler) cannot capture one in a lambda.
     const std::string& key = entry.first;
     const std::string& raw = entry.second;
+    if (kind.open_params) {
+      values[key] = raw;
+      given.push_back(key);
+      continue;
+    }
     const auto it = std::find_if(kind.params.begin(), kind.params.end(), [&](const auto& p) { return p.name == key; });
     GRADCOMP_CHECK(it != kind.params.end(), "compressor '{}' has no parameter '{}' ({})", kind.name, key,
                    describe_params(kind));
@@ -110,6 +123,7 @@ CompressorSpec Registry::parse(std::string_view spec) const {
   out.name = kind.name;
   out.traits = kind.traits;
   out.canonical = out.params.canonical(kind.params);
+
   return out;
 }
 

@@ -139,6 +139,9 @@ std::string Params::canonical(const std::vector<ParamSpec>& order) const {
     const auto it = values_.find(param.name);
     if (it != values_.end()) parts.push_back(fmt::format("{}={}", param.name, it->second));
   }
+  if (order.empty()) {  // undeclared parameters (CompressorInfo::open_params): every value, in key order
+    for (const auto& [key, value] : values_) parts.push_back(fmt::format("{}={}", key, value));
+  }
   return parts.empty() ? codec_ : fmt::format("{}:{}", codec_, fmt::join(parts, ","));
 }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "gradcomp/error.h"
@@ -31,6 +32,28 @@ TEST(Registry, DuplicateAndBadNamesAreRejected) {
   info.name = "nofactory";
   info.factory = nullptr;
   EXPECT_THROW(registry.add(info), InvalidArgument);
+}
+
+TEST(Registry, OpenParamsReachTheFactoryAndRemoveForgetsTheKind) {
+  Registry registry;
+  CompressorInfo info;
+  info.name = "open";
+  info.open_params = true;
+  std::string seen;
+  info.factory = [&seen](const Params& params) -> std::unique_ptr<Compressor> {
+    seen = params.canonical({});
+    return make_compressor("none");
+  };
+  registry.add(info);
+  const CompressorSpec spec = registry.parse("open:zeta=1,alpha=x");
+  EXPECT_EQ(spec.canonical, "open:alpha=x,zeta=1");  // undeclared parameters, in key order
+  EXPECT_TRUE(spec.params.given("zeta"));
+  registry.create(spec);
+  EXPECT_EQ(seen, "open:alpha=x,zeta=1");
+  EXPECT_TRUE(registry.remove("open"));
+  EXPECT_FALSE(registry.contains("open"));
+  EXPECT_FALSE(registry.remove("open"));
+  EXPECT_THROW(registry.parse("open"), InvalidArgument);
 }
 
 TEST(NoneCompressor, RoundTripsExactly) {

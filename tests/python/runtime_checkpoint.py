@@ -70,7 +70,7 @@ def main():
         torch.save({"model": model_b.state_dict(), "opt": opt_b.state_dict()}, buf)  # this rank's own file
         raw = buf.getvalue()
         # The optimizer owns its compressor on the runtime backend too: its residuals are in its own checkpoint.
-        assert len(opt_b.state_dict()["gradcomp"]["state"]) > 0, "the compressor state is missing from the checkpoint"
+        assert len(_state.fields(opt_b.state_dict()["gradcomp"])["state"]) > 0, "the compressor state is missing from the checkpoint"
 
         model_c, opt_c = fresh(spec)
         ckpt = torch.load(io.BytesIO(raw))
@@ -96,7 +96,7 @@ def main():
         # Another rank's checkpoint is refused (checkpoints are per rank).
         if hvd.size() > 1:
             ckpt = torch.load(io.BytesIO(raw))
-            gc = ckpt["opt"]["gradcomp"]
+            gc = _state.fields(ckpt["opt"]["gradcomp"])
             ckpt["opt"]["gradcomp"] = _state.seal(gc["kind"], gc["spec"], gc["state"], (rank + 1) % hvd.size(),
                                                   gc["world_size"], gc["step"])
             try:

@@ -79,7 +79,8 @@ def _worker(rank, world, port, specs, bucket_cap_mb, switched=None, hierarchical
             assert torch.equal(gathered[r], flat), f"{spec}: rank {r} parameters differ from rank {rank}"
         # The compressor state travels in the hook state's state_dict.
         sd = state.state_dict()
-        assert sd["step"] == STEPS and sd["kind"] == "ddp_hook" and isinstance(sd["state"], bytes)
+        f = gradcomp._state.fields(sd)
+        assert f["step"] == STEPS and f["kind"] == "ddp_hook" and isinstance(f["state"], bytes)
         helpers.release(ddp)
     dist.destroy_process_group()
 

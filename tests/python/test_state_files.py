@@ -8,11 +8,13 @@ import copy
 import io
 import os
 
+import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
 
 import gradcomp
+from gradcomp import _state
 import gradcomp.torch as hvd
 import helpers
 
@@ -43,7 +45,7 @@ def _flip_in_file(state, marker):
     """torch.save(state), one bit of the state bytes flipped in the file (torch's zip reader checks no CRC: this is
     what loaded silently), torch.load of the result. pickle keeps bytes as latin-1 text, so an ASCII `marker` of the
     state bytes (a tensor name) is found verbatim in the file."""
-    assert marker in bytes(_envelope(state)["state"])
+    assert marker in _state.fields(_envelope(state))["state"]
     raw = bytearray(_saved(state))
     at = raw.find(marker)
     assert at >= 0 and raw.find(marker, at + 1) < 0, "the marker must occur once in the file"
@@ -58,27 +60,44 @@ def _saved(state):
 
 
 def _envelope(state):
-    return state["gradcomp"] if "gradcomp" in state else state
+    return state["gradcomp"] if isinstance(state, dict) and "gradcomp" in state else state
+
+
+def _with_envelope(state, envelope):
+    if isinstance(state, dict) and "gradcomp" in state:
+        return {**state, "gradcomp": envelope}
+    return envelope
+
+
+def legacy(envelope, **extra):
+    """The version-2 envelope (a dict, gradcomp's Python-only format before the one C++ envelope) of the same state."""
+    f = _state.fields(envelope)
+    old = {"format": "gradcomp.state", "version": 2, **{k: f[k] for k in ("kind", "spec", "rank", "world_size",
+                                                                         "step", "state")}}
+    old["checksum"] = _state._legacy_checksum(old, old["state"])
+    return {**old, **extra}
 
 
 def _damaged(state, marker):
     """(what, damaged copy) pairs, each one a CorruptPayload."""
-    def edit(fn):
-        s = copy.deepcopy(state)
-        fn(_envelope(s))
-        return s
-
-    def flip(e):
-        b = bytearray(e["state"])
-        b[len(b) // 3] ^= 1
-        e["state"] = bytes(b)
+    env = _envelope(state)
+    f = _state.fields(env)
+    restepped = _state.seal(f["kind"], f["spec"], f["state"], f["rank"], f["world_size"], (f["step"] or 0) + 1)
+    flipped = bytearray(env)
+    flipped[16 + (len(env) - 16) * 2 // 3] ^= 1
+    version4 = bytearray(env)
+    version4[4] = 4
+    old = legacy(env)
     return [("flipped byte in the file", _flip_in_file(state, marker)),
-            ("flipped state byte", edit(flip)),
-            ("truncated state", edit(lambda e: e.update(state=e["state"][:-5]))),
-            ("empty state", edit(lambda e: e.update(state=b""))),
-            ("changed step", edit(lambda e: e.update(step=(e["step"] or 0) + 1))),
-            ("missing checksum", edit(lambda e: e.pop("checksum"))),
-            ("old format", edit(lambda e: e.pop("format")))]
+            ("flipped state byte", _with_envelope(state, bytes(flipped))),
+            ("truncated state", _with_envelope(state, env[:-5])),
+            ("empty state", _with_envelope(state, b"")),
+            ("changed step", _with_envelope(state, restepped[:8] + env[8:16] + restepped[16:])),
+            ("zeroed checksum", _with_envelope(state, env[:8] + bytes(8) + env[16:])),
+            ("another version", _with_envelope(state, bytes(version4))),
+            ("a flipped byte in a version-2 envelope", _with_envelope(state, {**old, "state": old["state"][:-1]})),
+            ("missing checksum", _with_envelope(state, {k: v for k, v in old.items() if k != "checksum"})),
+            ("old format", _with_envelope(state, {k: v for k, v in old.items() if k != "format"}))]
 
 
 def _check_refusals(obj, state, marker, foreign, snapshot):
@@ -100,19 +119,51 @@ def _comp_bytes(c):
     return c._state_bytes()
 
 
-def test_one_checksum_for_cpp_and_python_states():
-    """The Python envelope's checksum is the C++ runtime's state checksum (FNV-1a 64: the published test vectors),
-    over the envelope's fields and bytes: a changed field or byte changes it."""
+def test_one_envelope_and_checksum_for_cpp_and_python_states():
+    """Python states are the C++ envelope's bytes (what Runtime.save_state() writes), sealed with the runtime's
+    checksum (FNV-1a 64: the published test vectors) over everything after the header; version-2 envelopes (dicts)
+    still load."""
     from gradcomp import _gradcomp
     assert _gradcomp.state_checksum(b"") == 0xcbf29ce484222325
     assert _gradcomp.state_checksum(b"a") == 0xaf63dc4c8601ec8c
     assert _gradcomp.state_checksum(b"foobar") == 0x85944171f73967e8
-    env = gradcomp._state.seal("compressor", "topk:ratio=0.1", b"\x01\x02", rank=0, world_size=2, step=3)
-    assert env["version"] == 2 and len(env["checksum"]) == 16
-    header = repr(("gradcomp.state", 2, "compressor", "topk:ratio=0.1", 0, 2, 3)).encode()
-    assert int(env["checksum"], 16) == _gradcomp.state_checksum(len(header).to_bytes(8, "little") + header
-                                                               + b"\x01\x02")
-    assert gradcomp._state.open_state(env, "compressor", "topk:ratio=0.1", 0, 2) == (b"\x01\x02", 3)
+    env = _state.seal("compressor", "topk:ratio=0.1", b"\x01\x02", rank=0, world_size=2, step=3)
+    assert env[:4] == b"GCRS" and int.from_bytes(env[4:8], "little") == 3
+    assert int.from_bytes(env[8:16], "little") == _gradcomp.state_checksum(env[16:])
+    assert _state.open_state(env, "compressor", "topk:ratio=0.1", 0, 2) == (b"\x01\x02", 3)
+    assert _state.open_state(legacy(env), "compressor", "topk:ratio=0.1", 0, 2) == (b"\x01\x02", 3)
+    with pytest.raises(gradcomp.CorruptPayload, match="version 4, this build reads 3"):
+        _state.fields(env[:4] + (4).to_bytes(4, "little") + env[8:])
+
+
+@pytest.mark.skipif(not getattr(gradcomp._gradcomp, "has_runtime", False), reason="built without the fusion runtime")
+def test_runtime_and_python_states_share_the_envelope():
+    """Runtime.save_state() opens through the Python API and re-seals there bit-identically; a state sealed in Python
+    loads into a runtime; damage is refused the same way by both; another kind's state is refused by the runtime."""
+    from gradcomp import _gradcomp as C
+    data = np.arange(64, dtype=np.float32)
+    comm = C.make_local_communicators(1, 30.0)[0]
+    rt = C.Runtime(comm, default_spec="topk:ratio=0.1", op="sum")
+    rt.wait(rt.allreduce_async("w", data))
+    rt.synchronize()
+    saved = rt.save_state()
+    rt.shutdown()
+    f = _state.fields(saved)
+    assert (f["kind"], f["spec"], f["rank"], f["world_size"]) == ("runtime", "", 0, 1) and b"w" in f["state"]
+    assert _state.seal("runtime", "", f["state"], 0, 1) == saved
+    assert _state.open_state(saved, "runtime", "", 0, 1) == (f["state"], None)
+    fresh = C.Runtime(comm, default_spec="topk:ratio=0.1", op="sum")
+    fresh.load_state(_state.seal("runtime", "", f["state"], 0, 1))
+    assert fresh.save_state() == saved
+    damaged = bytearray(saved)
+    damaged[len(damaged) // 2] ^= 1
+    with pytest.raises(gradcomp.CorruptPayload, match="checksum mismatch"):
+        fresh.load_state(bytes(damaged))
+    with pytest.raises(gradcomp.CorruptPayload, match="checksum mismatch"):
+        _state.fields(bytes(damaged))
+    with pytest.raises(gradcomp.InvalidArgument, match="not of a runtime"):
+        fresh.load_state(_state.seal("compressor", "topk:ratio=0.1", b"", 0, 1))
+    fresh.shutdown()
 
 
 def test_compressor_state_files():
@@ -142,9 +193,9 @@ def test_python_codec_state_files():
     state = c.state_dict()
     fresh = gradcomp.compressor("counting")
     list(_check_refusals(fresh, state, b"calls", [("a C++ codec's", gradcomp.compressor("none").state_dict())],
-                         lambda: fresh._impl.calls))
+                         lambda: fresh._object.calls))
     fresh.load_state_dict(state)
-    assert fresh._impl.calls == 2
+    assert fresh._object.calls == 2
 
 
 def _worker(rank, url):
@@ -164,9 +215,8 @@ def _worker(rank, url):
     saved = state.state_dict()
     everyone = hvd.broadcast_object(saved, root_rank=0), hvd.broadcast_object(saved, root_rank=1)
     theirs = everyone[1 - rank]
-    other_world = copy.deepcopy(saved)
-    other_world.update(world_size=4)
-    other_world.update(checksum=gradcomp._state._checksum(other_world, other_world["state"]))
+    f = _state.fields(saved)
+    other_world = _state.seal(f["kind"], f["spec"], f["state"], f["rank"], 4, f["step"])
     fresh, _ = hvd.ddp_comm_hook("topk:ratio=0.1")
     msgs = dict(_check_refusals(fresh, saved, b"param1", [("another rank's", theirs),
                                                           ("another world size's", other_world)],
@@ -205,8 +255,7 @@ def _worker(rank, url):
     opt2.load_state_dict(saved)
     assert opt2._step_count_gc == 2 and _comp_bytes(opt2._compressor) == _comp_bytes(opt._compressor)
     # A checkpoint that holds a fusion runtime's state, loaded on a backend without a runtime: warned, dropped.
-    with_runtime = copy.deepcopy(saved)
-    with_runtime["gradcomp"]["runtime"] = {"rank": rank, "size": WORLD, "state": b""}
+    with_runtime = {**saved, "gradcomp": legacy(saved["gradcomp"], runtime={"rank": rank, "size": WORLD, "state": b""})}
     with pytest.warns(UserWarning, match="backend 'torch' has no runtime"):
         opt2.load_state_dict(with_runtime)
     opt._remove_hooks()

@@ -78,7 +78,7 @@ for spec in args.codecs.split(";"):
         failures.append(f"{spec}: G beside D differs from G alone (max |diff| {diff:.3g})")
     # D's own state is D's: its optimizer's checkpoint holds only its own tensors' state, of its own size.
     sd = opt_d.state_dict()["gradcomp"]
-    if not isinstance(sd, dict):
+    if not isinstance(sd, bytes):
         failures.append(f"{spec}: D's optimizer state has no gradcomp entry")
 
 if hvd.rank() == 0 and args.digests:

@@ -233,5 +233,37 @@ TEST(RuntimeState, StateOfAnotherWorldSizeIsRefused) {
   });
 }
 
+// A state in the runtime's own envelope of version 2 (before the one state envelope) still loads, and loads the same
+// as its version-3 bytes: magic | 2 | checksum of the body | u64 length + body (u32 world | u32 rank | executor).
+TEST(RuntimeState, Version2StatesStillLoad) {
+  run_ranks(1, [&](Communicator& comm) {
+    Runtime a(comm, state_options());
+    std::vector<std::uint32_t> bits;
+    std::vector<std::string> schedule;
+    run_steps(a, 0, 0, 2, bits, schedule);
+    const std::vector<std::byte> current = a.save_state();
+    a.shutdown();
+    const StateEnvelope envelope = open_state(current, "test");
+    EXPECT_EQ(envelope.kind, "runtime");
+    std::vector<std::byte> body(8);
+    const std::uint32_t world_rank[2] = {1, 0};
+    std::memcpy(body.data(), world_rank, 8);
+    body.insert(body.end(), envelope.state.begin(), envelope.state.end());
+    std::vector<std::byte> legacy(24);
+    const std::uint32_t head[2] = {0x53524347, 2};
+    const std::uint64_t sum = state_checksum(body);
+    const std::uint64_t length = body.size();
+    std::memcpy(legacy.data(), head, 8);
+    std::memcpy(legacy.data() + 8, &sum, 8);
+    std::memcpy(legacy.data() + 16, &length, 8);
+    legacy.insert(legacy.end(), body.begin(), body.end());
+    Runtime b(comm, state_options());
+    b.load_state(legacy);
+    EXPECT_EQ(b.save_state(), current);
+    legacy.back() ^= std::byte{1};
+    EXPECT_THROW(b.load_state(legacy), CorruptPayload);
+  });
+}
+
 }  // namespace
 }  // namespace gradcomp

@@ -109,10 +109,6 @@ class _Backend:
     def allreduce(self, comp, name, flat, step, op, process_set=None, scope=None, stats=None):
         """A compressed allreduce of `flat` in place, over the world or `process_set`'s communicator."""
         comm = _ctx.comm if process_set is None else process_set.communicator()
-        if comp.is_python:
-            comp.allreduce(flat, [(name, 0, flat.numel())], op, comm.size,
-                           lambda payload: comm.allreduce(payload, "sum"))
-            return _Handle()
         result = _C.compressed_allreduce(comm, comp._impl, flat, name, op, step)
         if stats is not None:
             stats.update(result)
@@ -161,8 +157,9 @@ class _RuntimeBackend(_MpiBackend):
         _ctx.device_comm = None  # after the runtime that uses it
 
     def allreduce(self, comp, name, flat, step, op, process_set=None, scope=None, stats=None):
-        if comp.is_python or process_set is not None:
-            # The fusion runtime runs on the world: a process set's tensors take its own communicator.
+        if process_set is not None or (scope is None and not _registered(comp.spec)):
+            # The fusion runtime runs on the world: a process set's tensors take its own communicator; so does a
+            # Horovod-style codec object passed without an owner (no registered spec the runtime could build).
             return super().allreduce(comp, name, flat, step, op, process_set)
         stream = torch.cuda.current_stream(flat.device).cuda_stream if flat.is_cuda else 0
         # The op travels with the request: the runtime sums a Sum (never an average scaled back, which loses bits)
@@ -173,6 +170,12 @@ class _RuntimeBackend(_MpiBackend):
         else:
             handle = _ctx.runtime.allreduce_async(name, flat, comp.spec, stream, op=op)
         return _RuntimeHandle(handle, flat, comp)
+
+
+def _registered(spec):
+    """Whether the runtime can build `spec` from the one registry (a Horovod-style codec object cannot)."""
+    name = _C.parse_spec(spec)[0]
+    return any(info["name"] == name for info in _C.list_compressors())
 
 
 def _make_device_comm(world):

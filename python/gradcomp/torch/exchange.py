@@ -317,24 +317,9 @@ def allreduce_async(compressor, tensor, name, step, op="average", segments=None,
     # The stream that produced the tensor (backward's, or the user's side stream), read here on the submitting thread:
     # the worker orders its work after it, on the tensor's device.
     producer = torch.cuda.current_stream(tensor.device) if tensor.is_cuda else None
-    if compressor.is_python:
-        def job():
-            with _on_producer(tensor, producer):
-                return _python_codec_allreduce(ex.comm, compressor, tensor, parts, op, result)
-        return ex.worker.submit_call(job, agreement)
     return ex.worker.submit(compressor._impl, tensor.detach(), name, op, step, "auto", segments, hierarchical, result,
                             stats, verify=False, agreement=agreement,
                             stream=producer.cuda_stream if producer is not None else 0)
-
-
-@contextlib.contextmanager
-def _on_producer(tensor, producer):
-    """Runs torch work of the worker thread on `tensor`'s device and stream `producer` (None: a CPU tensor)."""
-    if producer is None:
-        yield
-        return
-    with torch.cuda.device(tensor.device), torch.cuda.stream(producer):
-        yield
 
 
 def exchange_layout(compressor, tensor, name, op, parts, hierarchical):
@@ -346,11 +331,3 @@ def exchange_layout(compressor, tensor, name, op, parts, hierarchical):
     description = (f"name='{name}' codec={kind} spec='{compressor.spec}' dtype={dtype} numel={tensor.numel()} "
                    f"op={op}{' hierarchical' if hierarchical else ''} segments=[{segs}]")
     return compressor.agreement_scope, description
-
-
-def _python_codec_allreduce(comm, codec, tensor, parts, op, result):
-    """Python codecs in the worker thread, in order with the other jobs: Horovod's combination
-    (PythonCompressor.allreduce) over the adapter's allreduce (float16 payloads get the float32 sum on gloo)."""
-    adapter = comm.adapter
-    codec.allreduce(tensor, parts, op, comm.size, lambda payload: adapter.allreduce(payload, "sum", comm.timeout_s))
-    return result

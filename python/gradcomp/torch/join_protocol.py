@@ -85,7 +85,7 @@ def announce_step(key, count, step):
 def negotiated(compressor):
     """True when a global-set DistributedOptimizer with `compressor` needs no STEP rounds: the runtime backend's fusion
     runtime negotiates its tensors, and a joined rank serves them from Runtime.join()."""
-    return _ctx.runtime is not None and not getattr(compressor, "is_python", True)
+    return _ctx.runtime is not None  # every codec, Python ones too, runs inside the runtime there
 
 
 class RuntimeJoin:

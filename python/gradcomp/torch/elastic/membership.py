@@ -76,12 +76,13 @@ def assign(old_identities, new_identities, old_world):
 def _check_codec(name, handler, envelope):
     """InvalidArgument naming the parameter when the committed compressor state cannot go into `handler`'s owner
     (a DistributedOptimizer or a HookState)."""
-    records = read_records(envelope.get("state", b""), f"committed compressor state of '{name}'")
+    committed = _state.fields(envelope, f"committed compressor state of '{name}'")
+    records = read_records(committed["state"], f"committed compressor state of '{name}'")
     spec = handler.codec_compressor().spec
-    if envelope.get("spec") != spec:
+    if committed["spec"] != spec:
         first = records[0].name if records else "(none)"
         raise InvalidArgument(f"elastic restore of '{name}': the residual of parameter '{first}' was committed by "
-                              f"compressor '{envelope.get('spec')}', this {handler.codec_kind} compresses with "
+                              f"compressor '{committed['spec']}', this {handler.codec_kind} compresses with "
                               f"'{spec}'")
     numels = handler.codec_params()
     for rec in records if numels is not None else ():
@@ -125,8 +126,9 @@ def _load_rank0(state, payload):
     if missing:
         raise InvalidArgument(f"elastic restore: '{missing[0]}' of this TorchState is not in the commit")
     for name, envelope in payload["codecs"].items():
-        if envelope.get("step") is not None:
-            _codec_handler(state, name).set_codec_step(envelope["step"])  # sync() gives it to every rank
+        step = _state.fields(envelope, f"committed compressor state of '{name}'")["step"]
+        if step is not None:
+            _codec_handler(state, name).set_codec_step(step)  # sync() gives it to every rank
     state._saved_state = dict(payload["objects"])
     state._set_attrs()
 
@@ -144,7 +146,7 @@ def dropped_report(seq, payloads, old_world, assignment, new_size):
             lines.append(f"  old rank {old}: wrote no file for commit {seq} (killed before it); its residual is lost")
             continue
         for name, envelope in payloads[old]["codecs"].items():
-            records = read_records(envelope.get("state", b""))
+            records = read_records(_state.fields(envelope, f"committed compressor state of '{name}'")["state"])
             nbytes = sum(r.residual_bytes for r in records)
             norm = math.sqrt(sum(r.residual_norm ** 2 for r in records))
             gnorm = payloads[old]["stats"].get(name, {}).get("grad_norm", 0.0)

@@ -95,12 +95,13 @@ class CommitStore:
             raise CorruptPayload(f"elastic commit file {path}: unreadable ({type(e).__name__}: {e})") from None
         try:
             data, seq = _state.open_state(envelope, KIND, SPEC, where=f"elastic commit file {path}")
+            saved = _state.fields(envelope)
         except CorruptPayload as e:
             raise CorruptPayload(str(e)) from None
         # Our own file, its digest checked above: its objects (a sampler's, the user's extra state) are loaded as
         # written, not only tensors (torch 2.6 made weights_only=True the default; 1.13 has the flag, default False).
         payload = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
-        return envelope["rank"], envelope["world_size"], seq, payload
+        return saved["rank"], saved["world_size"], seq, payload
 
     def prune(self, newest):
         """Removes the commits older than the `keep` newest up to `newest` (other ranks' files too: a rank that left
