@@ -279,6 +279,7 @@ void init_comm(nb::module_& m) {
              d["negotiation_bytes"] = s.negotiation_bytes;
              d["copy_bytes"] = s.copy_bytes;
              d["alone_bytes"] = s.alone_bytes;
+             d["gathered_bytes"] = s.gathered_bytes;
              d["tensors"] = s.tensors;
              d["messages"] = s.messages;
              d["input_bytes"] = s.input_bytes;
