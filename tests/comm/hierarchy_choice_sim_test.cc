@@ -1,0 +1,92 @@
+// The auto mode's choice on the simulated clusters of docs/scaling.md: the links learn_links measured inside the
+// SimGrid simulation (bench/sim/run.sh --modes auto, the learned_links row of each run, commit e005f76), each codec
+// of the simulated tables, and the mode the simulation found faster (its flat and hierarchical runs).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "gradcomp/collectives.h"
+#include "gradcomp/registry.h"
+
+namespace gradcomp {
+namespace {
+
+// 2 x 2 at 1 Gbit/s (emulated-2x2-1gbit.xml)
+LinkModel sim_2x2_1gbit() {
+  LinkModel m;
+  m.node.allreduce = {3.018e-05, 1.201e9, 1.049e+06, 0.001149};
+  m.node.broadcast = {4.619e-05, 1.138e9, 1.049e+06, 0.001065};
+  m.leaders.allreduce = {0.0002254, 0.1082e9, 1.049e+06, 0.01211};
+  m.leaders.allgatherv = {0.0002219, 0.1054e9, 1.049e+06, 0.01093};
+  m.leaders.alltoallv = {0.000223, 0.2126e9, 1.049e+06, 0.006282};
+  m.world.allreduce = {0.0009483, 0.1016e9, 1.049e+06, 0.01325};
+  m.world.allgatherv = {0.0009285, 0.02703e9, 1.049e+06, 0.04036};
+  m.world.alltoallv = {0.0004445, 0.109e9, 1.049e+06, 0.01118};
+  m.measured = true;
+  return m;
+}
+
+// 8 x 8 at 100 Gbit/s (gpu-8x8-100gbit.xml)
+LinkModel sim_8x8_100gbit() {
+  LinkModel m;
+  m.node.allreduce = {1.209e-05, 204.8e9, 1.049e+06, 0.0003311};
+  m.node.broadcast = {2.418e-05, 209.8e9, 1.049e+06, 0.0001447};
+  m.leaders.allreduce = {3.627e-05, 6.399e9, 1.049e+06, 0.001142};
+  m.leaders.allgatherv = {8.466e-05, 1.6e9, 1.049e+06, 0.000865};
+  m.leaders.alltoallv = {1.21e-05, 12.8e9, 1.049e+06, 0.0001518};
+  m.world.allreduce = {7.259e-05, 6.205e9, 4.194e+06, 0.001259};
+  m.world.allgatherv = {0.0001332, 0.1778e9, 2.621e+05, 0.0059};
+  m.world.alltoallv = {0.0007304, 1.599e9, 4.194e+06, 0.006723};
+  m.measured = true;
+  return m;
+}
+
+struct SimulatedRow {
+  std::string spec;  // the real codec of the row (the modeled sim_* codecs have its payload sizes)
+  double flat_ms;    // simulated, flat
+  double hier_ms;    // simulated, hierarchical
+};
+
+// The choice for `numel` f32 elements of `spec`, as compressed_allreduce's auto mode makes it.
+HierarchyChoice choice_for(const LinkModel& links, const HierarchyShape& shape, const std::string& spec,
+                           std::size_t numel) {
+  auto codec = make_compressor(spec);
+  const AllreduceAlgorithm algorithm = resolve_algorithm(codec->traits(), AllreduceAlgorithm::kAuto);
+  return choose_hierarchy(links, shape, {payload_exchange(algorithm), numel, codec->max_payload_bytes(numel), 1.0});
+}
+
+void expect_faster_mode(const LinkModel& links, const HierarchyShape& shape, std::size_t numel,
+                        const std::vector<SimulatedRow>& rows) {
+  for (const SimulatedRow& row : rows) {
+    const HierarchyChoice choice = choice_for(links, shape, row.spec, numel);
+    EXPECT_EQ(choice.hierarchical, row.hier_ms < row.flat_ms)
+        << row.spec << " on " << shape.world << " ranks: predicted flat " << choice.flat_s * 1e3 << " ms, hierarchical "
+        << choice.hierarchical_s * 1e3 << " ms; simulated " << row.flat_ms << " and " << row.hier_ms << " ms";
+  }
+}
+
+// docs/scaling.md's validation rows: 16 MiB, the real CPU codecs, 2 hosts x 2 ranks at 1 Gbit/s. Flat everywhere.
+TEST(HierarchyChoiceSimulated, TwoByTwoAtOneGbitStaysFlat) {
+  expect_faster_mode(sim_2x2_1gbit(), {4, 2, 2}, std::size_t{4} << 20,
+                     {{"none", 170.6, 194.4},
+                      {"fp16", 138.6, 162.1},
+                      {"qsgd:bits=4", 165.8, 199.0},
+                      {"topk:ratio=0.01", 34.0, 58.3},
+                      {"dgc:ratio=0.001", 28.4, 54.0}});
+}
+
+// ResNet-50 (25.6M f32) on 8 nodes of 8 ranks, 100 Gbit/s per node: dense rings stay flat (a ring crosses each
+// NIC once), qsgd's alltoallv and the sparse allgathers go hierarchical (their flat messages to other nodes all
+// leave through the node's one NIC).
+TEST(HierarchyChoiceSimulated, SixtyFourRanksAtOneHundredGbit) {
+  expect_faster_mode(sim_8x8_100gbit(), {64, 8, 8}, 25'600'000,
+                     {{"none", 17.29, 18.66},
+                      {"fp16", 9.04, 10.66},
+                      {"qsgd:bits=4", 18.39, 4.18},
+                      {"topk:ratio=0.01", 16.36, 3.14},
+                      {"dgc:ratio=0.001", 6.11, 2.00}});
+}
+
+}  // namespace
+}  // namespace gradcomp
