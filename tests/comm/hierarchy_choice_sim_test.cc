@@ -42,6 +42,21 @@ LinkModel sim_8x8_100gbit() {
   return m;
 }
 
+// 8 x 8 at 200 Gbit/s (gpu-8x8-200gbit.xml)
+LinkModel sim_8x8_200gbit() {
+  LinkModel m;
+  m.node.allreduce = {1.209e-05, 204.8e9, 1.049e+06, 0.0003311};
+  m.node.broadcast = {2.418e-05, 209.8e9, 1.049e+06, 0.0001447};
+  m.leaders.allreduce = {3.627e-05, 12.8e9, 1.049e+06, 0.00106};
+  m.leaders.allgatherv = {8.464e-05, 3.2e9, 1.049e+06, 0.0005373};
+  m.leaders.alltoallv = {1.21e-05, 25.6e9, 1.049e+06, 0.0001108};
+  m.world.allreduce = {7.256e-05, 12.05e9, 4.194e+06, 0.0009313};
+  m.world.allgatherv = {0.0001327, 0.3555e9, 2.621e+05, 0.005163};
+  m.world.alltoallv = {0.0007299, 3.197e9, 4.194e+06, 0.005412};
+  m.measured = true;
+  return m;
+}
+
 struct SimulatedRow {
   std::string spec;  // the real codec of the row (the modeled sim_* codecs have its payload sizes)
   double flat_ms;    // simulated, flat
@@ -86,6 +101,17 @@ TEST(HierarchyChoiceSimulated, SixtyFourRanksAtOneHundredGbit) {
                       {"qsgd:bits=4", 18.39, 4.18},
                       {"topk:ratio=0.01", 16.36, 3.14},
                       {"dgc:ratio=0.001", 6.11, 2.00}});
+}
+
+// The same at 200 Gbit/s; PowerSGD's two rounds of small ordered sums are as fast flat as between the leaders.
+TEST(HierarchyChoiceSimulated, SixtyFourRanksAtTwoHundredGbit) {
+  expect_faster_mode(sim_8x8_200gbit(), {64, 8, 8}, 25'600'000,
+                     {{"none", 9.29, 10.63},
+                      {"fp16", 5.04, 6.65},
+                      {"qsgd:bits=4", 13.75, 3.16},
+                      {"topk:ratio=0.01", 10.60, 2.50},
+                      {"dgc:ratio=0.001", 5.36, 1.91},
+                      {"powersgd:rank=4", 2.03, 1.95}});
 }
 
 }  // namespace
