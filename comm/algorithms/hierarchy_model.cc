@@ -105,8 +105,8 @@ void measure_exchanges(Communicator& comm, LevelCosts& level, std::size_t probe_
   level.alltoallv = measure_alltoallv(comm, probe_bytes);
 }
 
-// The ordered f32 sum (of the sparse dense switch and of each round) and sra's exchange: an alltoallv of `bytes`, an allgatherv of
-// bytes / ranks.
+// The ordered f32 sum (of the sparse dense switch and of each round) and sra's exchange: an alltoallv of `bytes`, an
+// allgatherv of bytes / ranks.
 double scatter_gather_time(const LevelCosts& level, int ranks, double bytes) {
   return level.alltoallv.time(bytes) + level.allgatherv.time(bytes / ranks);
 }

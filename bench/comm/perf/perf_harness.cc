@@ -201,7 +201,8 @@ int run(const Suite& suite, Communicator& comm, const Config& config) {
                          cost(c.allreduce), cost(c.allgatherv), cost(c.alltoallv), cost(c.broadcast));
     };
     if (root) {
-      fmt::print("{}{{\"learned_links\": {{\"nodes\": {}, \"per_node\": {}, \"units\": \"[latency s, GB/s past the knee, knee bytes, knee s]\", "
+      fmt::print("{}{{\"learned_links\": {{\"nodes\": {}, \"per_node\": {}, "
+                 "\"units\": \"[latency s, GB/s past the knee, knee bytes, knee s]\", "
                  "\"node\": {}, \"leaders\": {}, \"world\": {}}}}}\n",
                  config.json ? "" : "# ", groups.node_count, groups.per_node, level(l.node), level(l.leaders),
                  level(l.world));
