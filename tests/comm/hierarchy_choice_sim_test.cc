@@ -57,6 +57,21 @@ LinkModel sim_8x8_200gbit() {
   return m;
 }
 
+// 8 x 8 at 400 Gbit/s (gpu-8x8-400gbit.xml)
+LinkModel sim_8x8_400gbit() {
+  LinkModel m;
+  m.node.allreduce = {1.209e-05, 204.8e9, 1.049e+06, 0.0003311};
+  m.node.broadcast = {2.418e-05, 209.8e9, 1.049e+06, 0.0001447};
+  m.leaders.allreduce = {3.627e-05, 25.6e9, 1.049e+06, 0.001019};
+  m.leaders.allgatherv = {8.463e-05, 6.399e9, 1.049e+06, 0.0003734};
+  m.leaders.alltoallv = {1.209e-05, 51.19e9, 1.049e+06, 9.035e-05};
+  m.world.allreduce = {7.254e-05, 22.75e9, 4.194e+06, 0.0007674};
+  m.world.allgatherv = {0.0001325, 0.711e9, 2.621e+05, 0.004794};
+  m.world.alltoallv = {0.0007296, 6.387e9, 4.194e+06, 0.004756};
+  m.measured = true;
+  return m;
+}
+
 struct SimulatedRow {
   std::string spec;  // the real codec of the row (the modeled sim_* codecs have its payload sizes)
   double flat_ms;    // simulated, flat
@@ -104,7 +119,7 @@ TEST(HierarchyChoiceSimulated, SixtyFourRanksAtOneHundredGbit) {
                       {"powersgd:rank=4", 2.21, 1.97}});
 }
 
-// The same at 200 Gbit/s; PowerSGD's two rounds of small ordered sums are as fast flat as between the leaders.
+// The same at 200 and 400 Gbit/s; there PowerSGD's two rounds of small ordered sums cost about the same either way.
 TEST(HierarchyChoiceSimulated, SixtyFourRanksAtTwoHundredGbit) {
   expect_faster_mode(sim_8x8_200gbit(), {64, 8, 8}, 25'600'000,
                      {{"none", 9.29, 10.63},
@@ -113,6 +128,16 @@ TEST(HierarchyChoiceSimulated, SixtyFourRanksAtTwoHundredGbit) {
                       {"topk:ratio=0.01", 10.60, 2.50},
                       {"dgc:ratio=0.001", 5.36, 1.91},
                       {"powersgd:rank=4", 2.03, 1.95}});
+}
+
+TEST(HierarchyChoiceSimulated, SixtyFourRanksAtFourHundredGbit) {
+  expect_faster_mode(sim_8x8_400gbit(), {64, 8, 8}, 25'600'000,
+                     {{"none", 5.29, 6.65},
+                      {"fp16", 3.04, 4.65},
+                      {"qsgd:bits=4", 11.43, 2.66},
+                      {"topk:ratio=0.01", 7.72, 2.18},
+                      {"dgc:ratio=0.001", 4.98, 1.87},
+                      {"powersgd:rank=4", 1.95, 1.94}});
 }
 
 }  // namespace
