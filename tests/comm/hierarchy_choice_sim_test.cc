@@ -12,64 +12,64 @@
 namespace gradcomp {
 namespace {
 
-// 2 x 2 at 1 Gbit/s (emulated-2x2-1gbit.xml)
-LinkModel sim_2x2_1gbit() {
+// A measured LinkModel from its eight costs: node allreduce, broadcast; leaders allreduce, allgatherv, alltoallv;
+// world allreduce, allgatherv, alltoallv ([latency s, bytes/s past the knee, knee bytes, knee s], as learned_links).
+LinkModel links(const std::vector<LinkCost>& c) {
   LinkModel m;
-  m.node.allreduce = {3.018e-05, 1.201e9, 1.049e+06, 0.001149};
-  m.node.broadcast = {4.619e-05, 1.138e9, 1.049e+06, 0.001065};
-  m.leaders.allreduce = {0.0002254, 0.1082e9, 1.049e+06, 0.01211};
-  m.leaders.allgatherv = {0.0002219, 0.1054e9, 1.049e+06, 0.01093};
-  m.leaders.alltoallv = {0.000223, 0.2126e9, 1.049e+06, 0.006282};
-  m.world.allreduce = {0.0009483, 0.1016e9, 1.049e+06, 0.01325};
-  m.world.allgatherv = {0.0009285, 0.02703e9, 1.049e+06, 0.04036};
-  m.world.alltoallv = {0.0004445, 0.109e9, 1.049e+06, 0.01118};
+  m.node.allreduce = c.at(0);
+  m.node.broadcast = c.at(1);
+  m.leaders = {c.at(2), c.at(3), c.at(4), {}};
+  m.world = {c.at(5), c.at(6), c.at(7), {}};
   m.measured = true;
   return m;
+}
+
+// 2 x 2 at 1 Gbit/s (emulated-2x2-1gbit.xml)
+LinkModel sim_2x2_1gbit() {
+  return links({{3.018e-05, 1.201e9, 1.049e+06, 0.001149},
+                {4.619e-05, 1.138e9, 1.049e+06, 0.001065},
+                {0.0002254, 0.1082e9, 1.049e+06, 0.01211},
+                {0.0002219, 0.1054e9, 1.049e+06, 0.01093},
+                {0.000223, 0.2126e9, 1.049e+06, 0.006282},
+                {0.0009483, 0.1016e9, 1.049e+06, 0.01325},
+                {0.0009285, 0.02703e9, 1.049e+06, 0.04036},
+                {0.0004445, 0.109e9, 1.049e+06, 0.01118}});
 }
 
 // 8 x 8 at 100 Gbit/s (gpu-8x8-100gbit.xml)
 LinkModel sim_8x8_100gbit() {
-  LinkModel m;
-  m.node.allreduce = {1.209e-05, 204.8e9, 1.049e+06, 0.0003311};
-  m.node.broadcast = {2.418e-05, 209.8e9, 1.049e+06, 0.0001447};
-  m.leaders.allreduce = {3.627e-05, 6.399e9, 1.049e+06, 0.001142};
-  m.leaders.allgatherv = {8.466e-05, 1.6e9, 1.049e+06, 0.000865};
-  m.leaders.alltoallv = {1.21e-05, 12.8e9, 1.049e+06, 0.0001518};
-  m.world.allreduce = {7.259e-05, 6.205e9, 4.194e+06, 0.001259};
-  m.world.allgatherv = {0.0001332, 0.1778e9, 2.621e+05, 0.0059};
-  m.world.alltoallv = {0.0007304, 1.599e9, 4.194e+06, 0.006723};
-  m.measured = true;
-  return m;
+  return links({{1.209e-05, 204.8e9, 1.049e+06, 0.0003311},
+                {2.418e-05, 209.8e9, 1.049e+06, 0.0001447},
+                {3.627e-05, 6.399e9, 1.049e+06, 0.001142},
+                {8.466e-05, 1.6e9, 1.049e+06, 0.000865},
+                {1.21e-05, 12.8e9, 1.049e+06, 0.0001518},
+                {7.259e-05, 6.205e9, 4.194e+06, 0.001259},
+                {0.0001332, 0.1778e9, 2.621e+05, 0.0059},
+                {0.0007304, 1.599e9, 4.194e+06, 0.006723}});
 }
 
 // 8 x 8 at 200 Gbit/s (gpu-8x8-200gbit.xml)
 LinkModel sim_8x8_200gbit() {
-  LinkModel m;
-  m.node.allreduce = {1.209e-05, 204.8e9, 1.049e+06, 0.0003311};
-  m.node.broadcast = {2.418e-05, 209.8e9, 1.049e+06, 0.0001447};
-  m.leaders.allreduce = {3.627e-05, 12.8e9, 1.049e+06, 0.00106};
-  m.leaders.allgatherv = {8.464e-05, 3.2e9, 1.049e+06, 0.0005373};
-  m.leaders.alltoallv = {1.21e-05, 25.6e9, 1.049e+06, 0.0001108};
-  m.world.allreduce = {7.256e-05, 12.05e9, 4.194e+06, 0.0009313};
-  m.world.allgatherv = {0.0001327, 0.3555e9, 2.621e+05, 0.005163};
-  m.world.alltoallv = {0.0007299, 3.197e9, 4.194e+06, 0.005412};
-  m.measured = true;
-  return m;
+  return links({{1.209e-05, 204.8e9, 1.049e+06, 0.0003311},
+                {2.418e-05, 209.8e9, 1.049e+06, 0.0001447},
+                {3.627e-05, 12.8e9, 1.049e+06, 0.00106},
+                {8.464e-05, 3.2e9, 1.049e+06, 0.0005373},
+                {1.21e-05, 25.6e9, 1.049e+06, 0.0001108},
+                {7.256e-05, 12.05e9, 4.194e+06, 0.0009313},
+                {0.0001327, 0.3555e9, 2.621e+05, 0.005163},
+                {0.0007299, 3.197e9, 4.194e+06, 0.005412}});
 }
 
 // 8 x 8 at 400 Gbit/s (gpu-8x8-400gbit.xml)
 LinkModel sim_8x8_400gbit() {
-  LinkModel m;
-  m.node.allreduce = {1.209e-05, 204.8e9, 1.049e+06, 0.0003311};
-  m.node.broadcast = {2.418e-05, 209.8e9, 1.049e+06, 0.0001447};
-  m.leaders.allreduce = {3.627e-05, 25.6e9, 1.049e+06, 0.001019};
-  m.leaders.allgatherv = {8.463e-05, 6.399e9, 1.049e+06, 0.0003734};
-  m.leaders.alltoallv = {1.209e-05, 51.19e9, 1.049e+06, 9.035e-05};
-  m.world.allreduce = {7.254e-05, 22.75e9, 4.194e+06, 0.0007674};
-  m.world.allgatherv = {0.0001325, 0.711e9, 2.621e+05, 0.004794};
-  m.world.alltoallv = {0.0007296, 6.387e9, 4.194e+06, 0.004756};
-  m.measured = true;
-  return m;
+  return links({{1.209e-05, 204.8e9, 1.049e+06, 0.0003311},
+                {2.418e-05, 209.8e9, 1.049e+06, 0.0001447},
+                {3.627e-05, 25.6e9, 1.049e+06, 0.001019},
+                {8.463e-05, 6.399e9, 1.049e+06, 0.0003734},
+                {1.209e-05, 51.19e9, 1.049e+06, 9.035e-05},
+                {7.254e-05, 22.75e9, 4.194e+06, 0.0007674},
+                {0.0001325, 0.711e9, 2.621e+05, 0.004794},
+                {0.0007296, 6.387e9, 4.194e+06, 0.004756}});
 }
 
 struct SimulatedRow {
