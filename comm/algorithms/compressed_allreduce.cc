@@ -41,6 +41,18 @@ AllreduceAlgorithm resolve_algorithm(const CompressorTraits& traits, AllreduceAl
   return AllreduceAlgorithm::kAllgather;
 }
 
+PayloadExchange payload_exchange(AllreduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllreduceAlgorithm::kAllgather: return PayloadExchange::kAllgather;
+    case AllreduceAlgorithm::kSparseAllreduce: return PayloadExchange::kSparse;
+    case AllreduceAlgorithm::kScatterReduceAllgather: return PayloadExchange::kScatterReduceAllgather;
+    case AllreduceAlgorithm::kRounds: return PayloadExchange::kRounds;
+    case AllreduceAlgorithm::kDense:
+    case AllreduceAlgorithm::kAuto: break;
+  }
+  return PayloadExchange::kAllreduce;
+}
+
 NodeGroups make_node_groups(Communicator& world) {
   NodeGroups groups;
   const int color = world.node_color();
@@ -157,11 +169,10 @@ AllreduceStats run_call(Communicator& comm, Compressor& compressor, const Tensor
                    "(learn_links) on rank {}", name, comm.rank());
     const NodeGroups& nodes = *options.nodes;
     const AllreduceAlgorithm algorithm = resolve_algorithm(compressor.traits(), options.algorithm);
-    const bool gathered =
-        algorithm == AllreduceAlgorithm::kAllgather || algorithm == AllreduceAlgorithm::kSparseAllreduce;
-    const HierarchyChoice choice = choose_hierarchy(nodes.links, {comm.size(), nodes.node_count, nodes.per_node},
-                                                    gathered, tensor.numel(),
-                                                    compressor.max_payload_bytes(tensor.numel()));
+    const CostedCall call{payload_exchange(algorithm), tensor.numel(), compressor.max_payload_bytes(tensor.numel()),
+                          options.sparse_switch_density};
+    const HierarchyChoice choice =
+        choose_hierarchy(nodes.links, {comm.size(), nodes.node_count, nodes.per_node}, call);
     AllreduceOptions decided = options;
     decided.hierarchy_auto = false;
     decided.hierarchical = choice.hierarchical;

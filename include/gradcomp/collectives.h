@@ -25,6 +25,8 @@ AllreduceAlgorithm parse_algorithm(std::string_view name);
 // `requested`, or for kAuto the algorithm the traits call for: summable -> dense, gatherable -> sparse allreduce,
 // requantizable -> scatter-reduce-allgather, rounds -> rounds, anything else -> allgather.
 AllreduceAlgorithm resolve_algorithm(const CompressorTraits& traits, AllreduceAlgorithm requested);
+// How a resolved algorithm moves its payloads, as the auto hierarchy's cost model prices it (kDense: kAllreduce).
+PayloadExchange payload_exchange(AllreduceAlgorithm algorithm);
 
 // The two levels of a hierarchical allreduce, built once by make_node_groups() and reused across calls.
 struct NodeGroups {
@@ -38,9 +40,11 @@ struct NodeGroups {
 // Collective over `world`: groups its ranks by world.node_color() (GRADCOMP_LOCAL_SIZE=k emulates nodes of k ranks).
 NodeGroups make_node_groups(Communicator& world);
 
-// Collective over `world`: learns `groups.links` by timing a small and a `probe_bytes` allreduce inside each node and
-// then between the leaders (latency and bandwidth of a ring step, each from the median of a few calls; the slowest
-// node's and the leaders' figures, the same on every rank). Costs a few probe allreduces (about 4 * probe_bytes moved per level); call once.
+// Collective over `world`: learns `groups.links` by timing, one level at a time, the collectives the algorithms run
+// there: an allreduce and a broadcast inside each node, an allreduce, allgatherv and alltoallv between the leaders
+// and over the world, each at probe_bytes / 4 and probe_bytes per rank (an allgatherv contributes at most
+// 16 * probe_bytes / size, at least 64 KiB), priced by the median of three calls of each (the slowest node's and the
+// leaders' figures, the same on every rank). Costs 8 collectives x 7 calls; call once.
 void learn_links(Communicator& world, NodeGroups& groups, std::size_t probe_bytes = std::size_t{4} << 20);
 
 struct AllreduceOptions {

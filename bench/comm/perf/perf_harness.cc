@@ -193,13 +193,19 @@ int run(const Suite& suite, Communicator& comm, const Config& config) {
   if (config.hierarchy_auto) {
     learn_links(comm, groups);
     const LinkModel& l = groups.links;
-    auto cost = [](const LinkCost& c) { return fmt::format("[{:.3g}, {:.4g}]", c.latency_s, c.bytes_per_s / 1e9); };
+    auto cost = [](const LinkCost& c) {
+      return fmt::format("[{:.4g}, {:.4g}, {:.4g}, {:.4g}]", c.latency_s, c.bytes_per_s / 1e9, c.knee_bytes, c.knee_s);
+    };
+    auto level = [&](const LevelCosts& c) {
+      return fmt::format("{{\"allreduce\": {}, \"allgatherv\": {}, \"alltoallv\": {}, \"broadcast\": {}}}",
+                         cost(c.allreduce), cost(c.allgatherv), cost(c.alltoallv), cost(c.broadcast));
+    };
     if (root) {
-      fmt::print("{}{{\"learned_links\": {{\"nodes\": {}, \"per_node\": {}, \"units\": \"[latency s, GB/s]\", "
-                 "\"node_allreduce\": {}, \"leader_allreduce\": {}, \"leader_allgather\": {}, "
-                 "\"world_allreduce\": {}, \"world_allgather\": {}}}}}\n",
-                 config.json ? "" : "# ", groups.node_count, groups.per_node, cost(l.node_allreduce),
-                 cost(l.leader_allreduce), cost(l.leader_allgather), cost(l.world_allreduce), cost(l.world_allgather));
+      fmt::print("{}{{\"learned_links\": {{\"nodes\": {}, \"per_node\": {}, "
+                 "\"units\": \"[latency s, GB/s past the knee, knee bytes, knee s]\", "
+                 "\"node\": {}, \"leaders\": {}, \"world\": {}}}}}\n",
+                 config.json ? "" : "# ", groups.node_count, groups.per_node, level(l.node), level(l.leaders),
+                 level(l.world));
     }
   }
   int bad = 0;
