@@ -40,6 +40,13 @@ def _check_set(process_set, what):
     raise InvalidArgument(f"gradcomp.tensorflow.{what}: only the global process set is supported")
 
 
+def _begin(tensor, name, what, process_set):
+    """The checks every collective starts with; returns the tensor as a tf.Tensor and the name (default `what`)."""
+    require_init()
+    _check_set(process_set, what)
+    return tf.convert_to_tensor(tensor), name or what
+
+
 def _spec(compression):
     if compression is None or compression == Compression.none or compression == "none":
         return None
@@ -108,10 +115,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Every rank's `tensor` concatenated along the first dimension, in rank order (first dimensions may differ;
     the other dimensions and the dtype must agree: InvalidArgument on every rank)."""
-    require_init()
-    _check_set(process_set, "allgather")
-    name = name or "allgather"
-    tensor = tf.convert_to_tensor(tensor)
+    tensor, name = _begin(tensor, name, "allgather", process_set)
 
     @tf.custom_gradient
     def gather(x):
@@ -136,10 +140,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=g
 
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Rank root_rank's `tensor` on every rank (a new tensor; shapes and dtypes must agree)."""
-    require_init()
-    _check_set(process_set, "broadcast")
-    name = name or "broadcast"
-    tensor = tf.convert_to_tensor(tensor)
+    tensor, name = _begin(tensor, name, "broadcast", process_set)
 
     @tf.custom_gradient
     def bcast(x):
@@ -170,10 +171,7 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Rows splits[d] of `tensor` to rank d (equal parts without splits); returns the rows received in rank order,
     and with splits given also the int32 counts received from each rank."""
-    require_init()
-    _check_set(process_set, "alltoall")
-    name = name or "alltoall"
-    tensor = tf.convert_to_tensor(tensor)
+    tensor, name = _begin(tensor, name, "alltoall", process_set)
     split_t = tf.zeros([0], tf.int64) if splits is None else tf.cast(tf.reshape(splits, [-1]), tf.int64)
 
     @tf.custom_gradient
