@@ -17,8 +17,14 @@
 
 namespace gradcomp::kernels {
 
-// Magnitude key of one value: bits of |x|. Monotone in |x|; NaN above inf.
-GRADCOMP_HOST_DEVICE std::uint32_t magnitude_key(float value) { return float_bits(value) & 0x7FFFFFFFu; }
+// Magnitude key of one value: bits of |x|. Monotone in |x|; every NaN is the one key 0x7FFFFFFF, above inf, so NaNs
+// tie and rank by index: the NaN that arithmetic returns differs by machine (x86 keeps the input's payload, NVIDIA
+// GPUs return 0x7FFFFFFF; kernels/wire_nan.cuh), and its payload must not decide which block or element is sent.
+// Idempotent: the key of a key's float bits is that key.
+GRADCOMP_HOST_DEVICE std::uint32_t magnitude_key(float value) {
+  const std::uint32_t magnitude = float_bits(value) & 0x7FFFFFFFu;
+  return magnitude > 0x7F800000u ? 0x7FFFFFFFu : magnitude;
+}
 
 // Radix bucket of a magnitude key for the first select pass: its top 16 of 31 bits (exponent + 7 mantissa bits).
 inline constexpr int kKeyBucketShift = 15;

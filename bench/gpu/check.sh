@@ -12,9 +12,12 @@
 #   python     the Python package on the device's torch: CUDA collectives, the exchange worker, an optimizer step
 #   mpi        2 MPI ranks on the one GPU (CUDA tensors staged through MPI: GRADCOMP_DEVICE_COMM=none)
 #   bench      compressors_bench_cuda (64M floats and top-k on 25M), torch.topk (25M), device_path_bench (#wrong)
+#   profile    Nsight Compute: time and DRAM throughput of every kernel of fp16, terngrad, onebit, top-k and block
+#              top-k on 25M floats (profile.csv; not in a dry run)
 # A step that no longer fits the deadline is NOT RUN, which the summary says; run it in a second call with --only
 # (setup always runs; a build whose build-gpu/ is still there, on a machine still warm, only checks it is up to date).
-# Results in $OUT (default ./gpu-results), four files: summary.txt, status.tsv, bench.csv, logs.tar.gz (every log).
+# Results in $OUT (default ./gpu-results), five files: summary.txt, status.tsv, bench.csv, profile.csv, logs.tar.gz
+# (every log).
 #
 # --dry-run (any machine, as root): the same setup, configure, build and proof with this machine's fmt, GoogleTest,
 # Google Benchmark, OpenBLAS headers, Open MPI and NCCL out of reach (bench/gpu/hide_system_deps.sh); the steps that
@@ -89,7 +92,8 @@ elif wanted sanitize; then
     step "sanitize.$tool.parity" 90 env GRADCOMP_PARITY_MAX_NUMEL=100003 "$SANITIZER" --tool "$tool" \
       --error-exitcode 1 "$(test_path codec_parity_gpu_test)" \
       --gtest_filter='Codecs/Parity.PayloadsAndStateAreBitIdentical/*:Codecs/Parity.CrossDeviceDecode/*'
-    step "sanitize.$tool.device_path" 90 "$SANITIZER" --tool "$tool" --error-exitcode 1 \
+    step "sanitize.$tool.device_path" 90 env GRADCOMP_PARITY_MAX_NUMEL=20011 "$SANITIZER" --tool "$tool" \
+      --error-exitcode 1 \
       "$(test_path device_path_gpu_test)" --gtest_filter='Codecs/DevicePath.*/topk*:Codecs/DevicePath.*/randomk*:Codecs/DevicePath.*/qsgd*'
   done
 fi
@@ -115,6 +119,17 @@ if wanted bench; then
     step bench.torch_topk 60 "$PYTHON" "$ROOT/bench/gpu/torch_topk.py" --numel 25M --ratio 0.01
     step bench.device_path 150 "$BUILD_DIR/bench/comm/device_path_bench" --device cuda --numel 25e6 --tensors 50 \
       --steps 5
+  fi
+fi
+# ---- kernel profile: each kernel's time and DRAM throughput (Nsight Compute) for the codecs below their target ---------
+if wanted profile && [ $DRY -eq 0 ]; then
+  if [ -n "$NCU" ]; then
+    step profile 120 "$NCU" --clock-control none --csv --log-file "$RESULTS/profile.csv" \
+      --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes.sum \
+      "$BUILD_DIR/bench/kernels/compressors_bench_cuda" --sizes 25M --reps 1 \
+      --specs fp16,terngrad,onebit,topk:ratio=0.01,blocktopk:ratio=0.01
+  else
+    record profile SKIPPED 0 - "no ncu (Nsight Compute) on this machine"
   fi
 fi
 finish

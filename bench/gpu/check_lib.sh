@@ -15,9 +15,10 @@ GPU_TESTS=("cuda_check_test 30" "codec_parity_gpu_test 150" "stream_order_gpu_te
 MPIRUN_FLAGS=(--allow-run-as-root --oversubscribe --mca plm isolated --mca btl self,tcp --mca pml ob1
               --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo -x PYTHONPATH -x LD_LIBRARY_PATH -x OPAL_PREFIX
               -x PMIX_MCA_mca_base_component_path -x GRADCOMP_DEVICE_COMM)
-# Expected seconds of each step on an H200 machine (16 cores), for the budget line (docs/cuda.md): estimates until
-# a run measures them, from this project's build and test times on 2 cores.
-BUDGET=("setup 10" "configure 20" "build 150" "proof 5" "gpu 120" "sanitize 110" "python 50" "mpi 25" "bench 90")
+# Expected seconds of each step on an H200 machine (16 cores), for the budget line (docs/cuda.md): the first device
+# run's (2026-12-04, 269 s in all; sanitize with device_path's racecheck at its limit), profile an estimate.
+BUDGET=("setup 12" "configure 7" "build 24" "proof 1" "gpu 35" "sanitize 100" "python 29" "mpi 12" "bench 11"
+        "profile 60")
 RESERVE=8  # seconds kept for the summary and the log tarball
 
 start_check() {
@@ -134,6 +135,7 @@ setup_environment() {
       'import sys, torch, nanobind; print(f"python {sys.version.split()[0]}, torch {torch.__version__}, nanobind {nanobind.__version__}")');" \
       "nccl $NCCL_LIBRARY; compute-sanitizer ${SANITIZER:-missing}; prefix $PREFIX ($(wc -l < "$(dirname "$DEPS")/packages.txt") packages)"
   [ -n "$SANITIZER" ] || SANITIZER=compute-sanitizer
+  NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || true)
   record setup PASS $(( $(date +%s) - start )) - ""
 }
 

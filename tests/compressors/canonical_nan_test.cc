@@ -16,6 +16,7 @@
 #include "compressors/codecs/half_cpu.h"
 #include "kernels/sparsify_ops.cuh"
 #include "kernels/wire_nan.cuh"
+#include "tests/compressors/sparse_test_util.h"
 #include "tests/gpu/parity_data.h"
 
 namespace gradcomp {
@@ -101,6 +102,31 @@ NanScan scan_payload(const std::vector<std::byte>& bytes) {
     default: f32(view.sections[1]); break;  // randomk, blocktopk: f32 values
   }
   return scan;
+}
+
+// Selection keys: every NaN is the one key 0x7FFFFFFF (above inf), so which NaN the arithmetic made (x86 or GPU)
+// never decides what top-k or block top-k sends.
+TEST(NanKeys, EveryNanIsOneKeyAboveInfinity) {
+  const std::uint32_t inf_key = kernels::magnitude_key(INFINITY);
+  for (const std::uint32_t bits : kNanBits) {
+    const std::uint32_t key = kernels::magnitude_key(bits_float(bits));
+    EXPECT_EQ(key, 0x7FFFFFFFu) << std::hex << bits;
+    EXPECT_GT(key, inf_key);
+    EXPECT_EQ(kernels::magnitude_key(bits_float(key)), key) << "a key's key is itself";
+  }
+  EXPECT_EQ(kernels::magnitude_key(-2.5f), kernels::magnitude_key(2.5f));
+}
+
+// Two NaN blocks (the later one's NaN has the larger payload) tie and the lower block id is sent: the block the GPU
+// sends, where every NaN norm is 0x7FFFFFFF.
+TEST(NanKeys, NanBlocksTieAndTheLowerBlockIsSent) {
+  std::vector<float> grad(16, 0.5f);
+  grad[5] = bits_float(0x7FC00000u);   // block 1
+  grad[13] = bits_float(0xFFC01234u);  // block 3: |payload| larger
+  auto codec = make_compressor("blocktopk:block=4,ratio=0.25,nonfinite=pass");
+  EXPECT_EQ(testing::section_ints(testing::compress(*codec, grad, "b", 0), 0), std::vector<std::int32_t>{1});
+  auto topk = make_compressor("topk:k=1,nonfinite=pass");
+  EXPECT_EQ(testing::section_ints(testing::compress(*topk, grad, "t", 0), 0), std::vector<std::int32_t>{5});
 }
 
 class WireNanCodecs : public ::testing::TestWithParam<std::string> {};

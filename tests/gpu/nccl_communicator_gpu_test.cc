@@ -97,12 +97,18 @@ TEST_F(NcclOneRank, ByteCallsFromDeviceMemory) {
   const auto host = pattern(65537, 5);
   DeviceArray<std::byte> send(host);
   DeviceArray<std::byte> recv(host.size());
-  nccl_->allgather({send.data(), host.size()}, {recv.data(), host.size()});
+  const Memory device = Memory::on(Device::cuda(0), nullptr);  // the caller says where the bytes live
+  nccl_->allgather({send.data(), host.size()}, {recv.data(), host.size()}, device);
   EXPECT_EQ(recv.download(), host);
   DeviceArray<std::byte> recv_v(host.size());
   const std::vector<std::size_t> counts = {host.size()};
-  nccl_->allgatherv({send.data(), host.size()}, counts, {recv_v.data(), host.size()});
+  nccl_->allgatherv({send.data(), host.size()}, counts, {recv_v.data(), host.size()}, device);
   EXPECT_EQ(recv_v.download(), host);
+  DeviceArray<std::byte> recv_a(host.size());
+  nccl_->alltoallv({send.data(), host.size()}, counts, {recv_a.data(), host.size()}, counts, device);
+  EXPECT_EQ(recv_a.download(), host);
+  nccl_->broadcast({recv_a.data(), host.size()}, 0, device);
+  EXPECT_EQ(recv_a.download(), host);
 }
 
 // ncclCommSplit on a non-blocking parent: the child works, a rank with a negative color gets none, and the parent
