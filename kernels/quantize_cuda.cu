@@ -216,18 +216,20 @@ __device__ void warp_quantize(const QuantizeParams& p, const float* g, const flo
     const std::uint32_t mine = codes[0] | (codes[1] << 8) | (codes[2] << 16) | (codes[3] << 24);
     const std::uint32_t next = __shfl_down_sync(kFull, mine, 1);
     if ((lane & 1u) == 0 && i0 < b1) {
-      std::uint8_t group[8];
+      // pack8's word (code k at bits k*bits), built and stored by unrolled loops: no local-memory array.
+      std::uint64_t word = 0;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        group[k] = static_cast<std::uint8_t>(mine >> (8 * k));
-        group[4 + k] = static_cast<std::uint8_t>(next >> (8 * k));
+      for (unsigned k = 0; k < 4; ++k) {
+        word |= static_cast<std::uint64_t>((mine >> (8u * k)) & 0xFFu) << (k * bits);
+        word |= static_cast<std::uint64_t>((next >> (8u * k)) & 0xFFu) << ((4u + k) * bits);
       }
-      std::uint8_t bytes[8];
-      pack8(group, bits, bytes);
       const std::size_t valid = b1 - i0 < 8 ? b1 - i0 : 8;
       const std::size_t count = static_cast<std::size_t>(packed_bytes(valid, bits));
       std::uint8_t* dst = packed + i0 / 8 * bits;
-      for (std::size_t b = 0; b < count; ++b) dst[b] = bytes[b];
+#pragma unroll
+      for (unsigned b = 0; b < 8; ++b) {
+        if (b < count) dst[b] = static_cast<std::uint8_t>(word >> (8u * b));
+      }
     }
   }
 }

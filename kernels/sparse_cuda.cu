@@ -173,25 +173,35 @@ __global__ void ef_accumulate_kernel(const float* grad, const float* residual, f
   warp_count(nonfinite, &counters->nonfinite);
 }
 
+// One warp per tensor block: the lanes load 32 consecutive elements at a time (coalesced; the first device profile
+// measured a thread per block, striding `block` floats apart, at 12% of DRAM bandwidth) and write v = r + g; every
+// lane then sums the squares of the 32 shuffled values in index order (block_norm_step: the CPU's order and bits).
 __global__ void block_norms_kernel(const float* grad, const float* residual, float* values, std::size_t n,
                                    std::size_t block, std::uint32_t* keys, DeviceCounters* counters) {
+  constexpr unsigned kAllLanes = 0xFFFFFFFFu;
+  const unsigned lane = threadIdx.x & 31u;
   const std::size_t blocks = (n + block - 1) / block;
+  const std::size_t warps = std::size_t{gridDim.x} * blockDim.x / 32;
   unsigned long long nonfinite = 0;
-  for (std::size_t b = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; b < blocks;
-       b += std::size_t{gridDim.x} * blockDim.x) {
+  for (std::size_t b = (blockIdx.x * std::size_t{blockDim.x} + threadIdx.x) / 32; b < blocks; b += warps) {
     const std::size_t begin = b * block, end = begin + block < n ? begin + block : n;
     float sum = 0.0f;
-    for (std::size_t i = begin; i < end; ++i) {
-      const float g = grad[i];
-      nonfinite += !isfinite(g);
-      float v = g;
-      if (residual) {
-        v = ef_accumulate(residual[i], g);
-        values[i] = v;
+    for (std::size_t base = begin; base < end; base += 32) {
+      const std::size_t i = base + lane;
+      float v = 0.0f;
+      if (i < end) {
+        const float g = grad[i];
+        nonfinite += !isfinite(g);
+        v = g;
+        if (residual) {
+          v = ef_accumulate(residual[i], g);
+          values[i] = v;
+        }
       }
-      sum = block_norm_step(sum, v);
+      const unsigned count = end - base < 32 ? static_cast<unsigned>(end - base) : 32u;  // the same on every lane
+      for (unsigned j = 0; j < count; ++j) sum = block_norm_step(sum, __shfl_sync(kAllLanes, v, j));
     }
-    keys[b] = magnitude_key(sum);
+    if (lane == 0) keys[b] = magnitude_key(sum);
   }
   warp_count(nonfinite, &counters->nonfinite);
 }
@@ -329,7 +339,7 @@ void launch_block_norms(const float* grad, const float* residual, float* values,
                         std::uint32_t* keys, DeviceCounters* counters, cudaStream_t stream) {
   if (n == 0) return;
   const std::size_t blocks = (n + block - 1) / block;
-  const unsigned grid = grid_for(blocks, kThreads, block_norms_kernel);
+  const unsigned grid = grid_for(blocks * 32, kThreads, block_norms_kernel);  // a warp per block
   block_norms_kernel<<<grid, kThreads, 0, stream>>>(grad, residual, values, n, block, keys, counters);
   GRADCOMP_CUDA_LAUNCH_CHECK();
 }
