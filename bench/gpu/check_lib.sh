@@ -187,7 +187,9 @@ bench_table() {
   torch_ms=$(sed -n 's/.* ms=\([0-9.]*\).*/\1/p' "$LOGS/bench.torch_topk.log" 2>/dev/null | tail -1)
   echo
   printf '%-28s %10s %10s %10s %8s  %s\n' spec numel comp_ms decomp_ms of_copy target
-  tail -n +2 "$RESULTS/bench.csv" | while IFS=, read -r spec numel _ cms dms _ _ _ frac; do
+  # The last 8 fields are numbers; the spec before them may hold commas (quoted or not).
+  tail -n +2 "$RESULTS/bench.csv" | awk -F, '{s = $1; for (i = 2; i <= NF - 8; ++i) s = s "," $i; gsub(/"/, "", s);
+      print s, $(NF - 7), $(NF - 5), $(NF - 4), $NF}' | while read -r spec numel cms dms frac; do
     local target="-"
     case "${spec%%:*}" in
       fp16|bf16|qsgd|terngrad|onebit) target=$(awk -v f="$frac" 'BEGIN{print (f >= 0.70 ? "ok (>=0.70)" : "MISS (<0.70)")}') ;;
@@ -198,7 +200,7 @@ bench_table() {
     esac
     printf '%-28s %10s %10s %10s %8s  %s\n' "$spec" "$numel" "$cms" "$dms" "$frac" "$target"
   done
-  echo "copy: $(tail -n +2 "$RESULTS/bench.csv" | head -1 | cut -d, -f8) GB/s device to device (read + write), same run"
+  echo "copy: $(tail -n +2 "$RESULTS/bench.csv" | head -1 | awk -F, '{print $(NF - 1)}') GB/s device to device (read + write), same run"
   [ -n "$torch_ms" ] && tail -1 "$LOGS/bench.torch_topk.log"
 }
 

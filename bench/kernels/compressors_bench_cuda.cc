@@ -217,7 +217,8 @@ int main(int argc, char** argv) {
       const double gbps = bytes / ((tc + td) * 1e6);
       std::printf("%-28s %10zu %12zu %10.3f %10.3f %9.0f %9.0f %8.2f\n", spec.c_str(), n, size, tc, td, gbps,
                   copy_gbps, gbps / copy_gbps);
-      rows.push_back(fmt::format("{},{},{},{:.4f},{:.4f},{:.4f},{:.1f},{:.1f},{:.3f}", spec, n, size, tc, td, copy_ms,
+      // The spec quoted: it may hold commas (qsgd:bits=4,bucket=512).
+      rows.push_back(fmt::format("\"{}\",{},{},{:.4f},{:.4f},{:.4f},{:.1f},{:.1f},{:.3f}", spec, n, size, tc, td, copy_ms,
                                  gbps, copy_gbps, gbps / copy_gbps));
     }
     cudaFree(grad);
