@@ -88,38 +88,38 @@ void decode_chunk(Call& call, const Chunk& chunk, std::span<const std::byte> pay
   }
 }
 
-}  // namespace
-
-void run_scatter_reduce_allgather(Call& call) {
-  const int n = call.comm.size();
-  const int me = call.comm.rank();
-  MemorySpace& space = call.space;
-  const std::vector<TensorSegment> tensors = tensors_of(call);
-  std::vector<Chunk> chunks;
-  for (int i = 0; i < n; ++i) chunks.push_back(chunk_of(tensors, i, n));
-
-  // 1. compress every chunk, then pack the payloads back to back, each in its padded slot (kPayloadAlign).
+// Step 1: compresses every chunk (error feedback under "<call>#chunk<i>") and packs the payloads back to back, each in
+// its padded slot (kPayloadAlign). `send_sizes` receives each payload's size, `send_counts` its padded slot.
+Bytes pack_compressed_chunks(Call& call, const std::vector<Chunk>& chunks, std::vector<std::size_t>& send_sizes,
+                             std::vector<std::size_t>& send_counts) {
   std::vector<Bytes> payloads;
-  std::vector<std::size_t> send_sizes(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) {
+  send_sizes.assign(chunks.size(), 0);
+  for (std::size_t i = 0; i < chunks.size(); ++i) {
     Bytes gathered(0);
     const TensorView view = chunk_view(call, chunks[i], gathered);
     payloads.push_back(compress_part(call, view, fmt::format("{}#chunk{}", call.name, i), 1.0f, chunks[i].segments));
     send_sizes[i] = payloads.back().size();
   }
-  const std::vector<std::size_t> send_counts = padded_counts(send_sizes);
+  send_counts = padded_counts(send_sizes);
   const std::size_t send_total = std::accumulate(send_counts.begin(), send_counts.end(), std::size_t{0});
-  Bytes send = space.allocate(send_total);
+  Bytes send = call.space.allocate(send_total);
   send.shrink(send_total);
   for (std::size_t i = 0, offset = 0; i < payloads.size(); offset += send_counts[i], ++i) {
-    space.copy(send.data() + offset, payloads[i].data(), send_counts[i]);  // the payload and its zeroed padding
+    call.space.copy(send.data() + offset, payloads[i].data(), send_counts[i]);  // the payload and its zeroed padding
   }
   payloads.clear();
   call.stats.payload_bytes = std::accumulate(send_sizes.begin(), send_sizes.end(), std::size_t{0});
+  return send;
+}
 
-  // 2. sizes matrix (every rank learns every chunk size), alltoallv.
+// Step 2: every rank learns every chunk's size (allgather of the sizes matrix), then the alltoallv. Returns the
+// chunks this rank owns, one per sender in rank order; `recv_sizes` receives their payload sizes.
+Bytes exchange_chunks(Call& call, const Bytes& send, const std::vector<std::size_t>& send_sizes,
+                      const std::vector<std::size_t>& send_counts, std::vector<std::size_t>& recv_sizes) {
+  const int n = call.comm.size();
+  const int me = call.comm.rank();
   std::vector<std::uint64_t> matrix(static_cast<std::size_t>(n) * n);
-  std::vector<std::size_t> recv_sizes(static_cast<std::size_t>(n));
+  recv_sizes.assign(static_cast<std::size_t>(n), 0);
   Bytes received(0);
   {
     Stopwatch watch(call.stats.communicate_s);
@@ -128,18 +128,25 @@ void run_scatter_reduce_allgather(Call& call) {
     for (int s = 0; s < n; ++s) recv_sizes[s] = static_cast<std::size_t>(matrix[s * n + me]);
     const std::vector<std::size_t> recv_counts = padded_counts(recv_sizes);
     const std::size_t recv_total = std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0});
-    received = space.allocate(recv_total);
+    received = call.space.allocate(recv_total);
     received.shrink(recv_total);
-    space.synchronize();
-    call.comm.alltoallv(send, send_counts, received, recv_counts, space.memory());
+    call.space.synchronize();
+    call.comm.alltoallv(send, send_counts, received, recv_counts, call.space.memory());
   }
   for (int d = 0; d < n; ++d) {
     if (d != me) call.stats.wire_bytes += send_counts[d];
   }
   call.stats.wire_bytes += n > 1 ? 8 * n * (n - 1) : 0;
+  return received;
+}
 
-  // 3. reduce my chunk, recompress it: each piece under its tensor's owner state "<tensor>#sra<me>".
-  const Chunk& mine = chunks[static_cast<std::size_t>(me)];
+// Step 3: sums this rank's chunk from everyone's payloads in rank order (divided by the world size for kAverage) and
+// recompresses the sum, each piece under its tensor's owner state "<tensor>#sra<me>".
+Bytes reduce_own_chunk(Call& call, const Chunk& mine, const Bytes& received,
+                       const std::vector<std::size_t>& recv_sizes) {
+  const int n = call.comm.size();
+  const int me = call.comm.rank();
+  MemorySpace& space = call.space;
   Bytes sum_bytes = space.allocate(std::max<std::size_t>(mine.numel, 1) * sizeof(float));
   auto* sum = reinterpret_cast<float*>(sum_bytes.data());
   const TensorView sum_view = space.view(sum, mine.numel, DType::kF32);
@@ -148,7 +155,7 @@ void run_scatter_reduce_allgather(Call& call) {
     decode_in_rank_order(call, received, recv_sizes, sum_view);
     if (call.options.op == ReduceOp::kAverage && n > 1) space.divide(sum, mine.numel, static_cast<float>(n), false);
   }
-  std::vector<std::string> owner_names;
+  std::vector<std::string> owner_names;  // outlives compress_part: the segments name their states by view
   for (const TensorSegment& piece : mine.segments) owner_names.push_back(fmt::format("{}#sra{}", piece.name, me));
   std::vector<TensorSegment> owned = mine.segments;
   for (std::size_t p = 0; p < owned.size(); ++p) {
@@ -157,10 +164,26 @@ void run_scatter_reduce_allgather(Call& call) {
     owned[p].total = owned[p].numel;
     owned[p].rows = 0;
   }
-  const auto reduced = compress_part(call, sum_view, fmt::format("{}#sra{}", call.name, me), 1.0f, owned);
+  Bytes reduced = compress_part(call, sum_view, fmt::format("{}#sra{}", call.name, me), 1.0f, owned);
   call.stats.payload_bytes += reduced.size();
+  return reduced;
+}
 
-  // 4. allgatherv of the reduced chunks, decode each into its pieces' places.
+}  // namespace
+
+void run_scatter_reduce_allgather(Call& call) {
+  const int n = call.comm.size();
+  const int me = call.comm.rank();
+  const std::vector<TensorSegment> tensors = tensors_of(call);
+  std::vector<Chunk> chunks;
+  for (int i = 0; i < n; ++i) chunks.push_back(chunk_of(tensors, i, n));
+
+  std::vector<std::size_t> send_sizes, send_counts, recv_sizes;
+  const Bytes send = pack_compressed_chunks(call, chunks, send_sizes, send_counts);
+  const Bytes received = exchange_chunks(call, send, send_sizes, send_counts, recv_sizes);
+  const Bytes reduced = reduce_own_chunk(call, chunks[static_cast<std::size_t>(me)], received, recv_sizes);
+
+  // Step 4: allgatherv of the reduced chunks, decode each into its pieces' places.
   std::vector<std::size_t> sizes;
   const Bytes gathered = allgather_payloads(call, reduced, sizes);
   Stopwatch watch(call.stats.decompress_s);
