@@ -57,7 +57,8 @@ void launch_ef_accumulate(const float* grad, const float* residual, float* value
 
 // blocktopk: for each block b of `block` elements (the last may be shorter), v = residual + grad written to values
 // when residual is non-null, and keys[b] = magnitude_key(sum of v^2 by block_norm_step in index order). Counts grad's
-// non-finite entries. One thread per block (the sum is a sequential chain, as on the CPU).
+// non-finite entries. One warp per block; each block's sum is one sequential chain in index order, as on the CPU.
+// The block kernels live in kernels/blocktopk_cuda.cu.
 void launch_block_norms(const float* grad, const float* residual, float* values, std::size_t n, std::size_t block,
                         std::uint32_t* keys, DeviceCounters* counters, cudaStream_t stream);
 
