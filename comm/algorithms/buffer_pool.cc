@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 
 #include "kernels/usage_counters.h"
 
@@ -18,30 +19,44 @@ BlockPool::~BlockPool() {
   for (const PooledBlock& block : small_) allocator_.free(block.data, block.device);
 }
 
+namespace {
+
+// The smallest block of `device` among `blocks` with capacity in [at_least, at_most], or blocks.end().
+std::vector<PooledBlock>::iterator best_fit(std::vector<PooledBlock>& blocks, int device, std::size_t at_least,
+                                            std::size_t at_most) {
+  auto best = blocks.end();
+  for (auto it = blocks.begin(); it != blocks.end(); ++it) {
+    if (it->device == device && it->capacity >= at_least && it->capacity <= at_most &&
+        (best == blocks.end() || it->capacity < best->capacity)) {
+      best = it;
+    }
+  }
+  return best;
+}
+
+PooledBlock take(std::vector<PooledBlock>& blocks, std::vector<PooledBlock>::iterator it) {
+  const PooledBlock block = *it;
+  blocks.erase(it);
+  return block;
+}
+
+}  // namespace
+
 PooledBlock BlockPool::acquire(std::size_t bytes, int device) {
   const std::size_t capacity = pooled_capacity(bytes);
   if (capacity < kMinPooledBytes) {
     for (auto it = small_.rbegin(); it != small_.rend(); ++it) {
-      if (it->device == device && it->capacity == capacity) {
-        const PooledBlock block = *it;
-        small_.erase(std::next(it).base());
-        return block;
-      }
+      if (it->device == device && it->capacity == capacity) return take(small_, std::next(it).base());
     }
-  } else {
-    auto best = blocks_.end();
-    for (auto it = blocks_.begin(); it != blocks_.end(); ++it) {
-      if (it->device == device && it->capacity >= capacity && it->capacity <= 2 * capacity &&
-          (best == blocks_.end() || it->capacity < best->capacity)) {
-        best = it;
-      }
-    }
-    if (best != blocks_.end()) {
-      const PooledBlock block = *best;
-      blocks_.erase(best);
-      return block;
-    }
+  } else if (auto fit = best_fit(blocks_, device, capacity, 2 * capacity); fit != blocks_.end()) {
+    return take(blocks_, fit);
   }
+  // Nothing of the request's class (or within 2x): any larger cached block rather than new memory. Buffers of one
+  // step vary in size when the runtime groups tensors differently (cycle timing), and a smaller one must not
+  // allocate after a larger one came back: that kept the first device run's steady state allocating.
+  const std::size_t any = std::numeric_limits<std::size_t>::max();
+  if (auto fit = best_fit(small_, device, capacity + 1, any); fit != small_.end()) return take(small_, fit);
+  if (auto fit = best_fit(blocks_, device, capacity, any); fit != blocks_.end()) return take(blocks_, fit);
   PooledBlock block{allocator_.allocate(capacity, device), capacity, device};
   ++allocations_;
   kernels::note_allocation();

@@ -4,8 +4,9 @@
 // the kernel on first touch: for a 64 MiB fusion buffer that costs more than compressing it with `none`; a small
 // cudaMalloc/cudaFree pair synchronizes the device. Freed blocks go to a per-thread cache of their kind of memory:
 // blocks under kMinPooledBytes by power-of-two size class, larger ones by exact size, each served again to requests
-// that fit. Per thread, so no locking; bounded, so memory stays predictable. Every block obtained from the allocator
-// is counted (kernels/usage_counters.h), which is what AllreduceStats::allocations reports.
+// that fit (its own class or within 2x first, any larger block before new memory). Per thread, so no locking;
+// bounded, so memory stays predictable. Every block obtained from the allocator is counted
+// (kernels/usage_counters.h), which is what AllreduceStats::allocations reports.
 #pragma once
 
 #include <cstddef>
@@ -46,8 +47,9 @@ class BlockPool {
   ~BlockPool();
 
   // A block of at least `bytes` (at least 1) on `device`, contents unspecified: below kMinPooledBytes a cached block
-  // of the request's size class, else the smallest cached block of that device within 2x of the request; else a new
-  // one (counted as an allocation).
+  // of the request's size class, else the smallest cached block of that device within 2x of the request; failing
+  // that, the smallest larger cached block of that device (a smaller request after a larger one allocates nothing);
+  // else a new one (counted as an allocation).
   PooledBlock acquire(std::size_t bytes, int device = -1);
   // Caches `block` (within the bounds above; the smallest large block is freed beyond kMaxPooledBlocks) or frees it.
   // A null block is ignored.

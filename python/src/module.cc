@@ -185,12 +185,8 @@ void init_compressors(nb::module_& m) {
                            dtype_name(o.dtype()));
             GRADCOMP_CHECK(o.device() == g.device(), "compress('{}'): output buffer on {} but the gradient on {}",
                            name, device_name(o.device()), device_name(g.device()));
-            CompressContext ctx;
-            ctx.name = name;
-            ctx.step = step;
-            ctx.rank = rank;
-            ctx.world_size = world_size;
-            ctx.prescale = prescale;
+            const CompressContext ctx{
+                .name = name, .step = step, .rank = rank, .world_size = world_size, .prescale = prescale};
             nb::gil_scoped_release release;
             return c.compress(g, {static_cast<std::byte*>(o.data()), o.bytes()}, ctx);
           },

@@ -1,5 +1,6 @@
 // The one pool of reusable working buffers (comm/algorithms/buffer_pool.h), used by the host and CUDA memory spaces
-// and the runtime's fusion buffers: reuse within 2x, per-device keys, size classes of small blocks, the bounds.
+// and the runtime's fusion buffers: reuse within 2x first, then any larger block, per-device keys, size classes of
+// small blocks, the bounds.
 #include "comm/algorithms/buffer_pool.h"
 
 #include <gtest/gtest.h>
@@ -37,23 +38,50 @@ BlockPool make_pool() {
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
-TEST(BlockPool, ReusesAFreedBlockWithinTwiceTheRequest) {
+TEST(BlockPool, ReusesAFreedBlockWithinTwiceTheRequestFirst) {
   {
     BlockPool pool = make_pool();
     const PooledBlock first = pool.acquire(4 * kMiB);
+    const PooledBlock big = pool.acquire(16 * kMiB);
     pool.release(first);
-    EXPECT_EQ(pool.cached(), 1u);
-    const PooledBlock again = pool.acquire(3 * kMiB);  // 4 MiB <= 2 x 3 MiB: reused
+    pool.release(big);
+    EXPECT_EQ(pool.cached(), 2u);
+    const PooledBlock again = pool.acquire(3 * kMiB);  // 4 MiB <= 2 x 3 MiB: the best fit
     EXPECT_EQ(again.data, first.data);
     EXPECT_EQ(again.capacity, 4 * kMiB);
     pool.release(again);
-    const PooledBlock small = pool.acquire(kMiB);  // 4 MiB > 2 x 1 MiB: a new block
-    EXPECT_NE(small.data, first.data);
+    EXPECT_EQ(pool.acquire(9 * kMiB).data, big.data) << "16 MiB is within 2x of 9 MiB, 4 MiB too small";
     EXPECT_EQ(counts.allocated, 2);
-    pool.release(small);
-    EXPECT_EQ(counts.freed, 0);
+    pool.release(big);
   }
   EXPECT_EQ(counts.freed, 2) << "the pool frees what it caches when it goes away";
+  EXPECT_TRUE(counts.live.empty());
+}
+
+// Buffers shrink when the runtime groups a step's tensors differently: a smaller request after a larger one takes
+// the smallest larger cached block (large or small) rather than new memory; only an empty cache allocates.
+TEST(BlockPool, ASmallerRequestAfterALargerOneAllocatesNothing) {
+  {
+    BlockPool pool = make_pool();
+    const PooledBlock first = pool.acquire(4 * kMiB);
+    const PooledBlock big = pool.acquire(66 * kMiB);
+    const PooledBlock medium = pool.acquire(1000);  // the 1 KiB class
+    pool.release(first);
+    pool.release(big);
+    pool.release(medium);
+    const PooledBlock a = pool.acquire(kMiB);  // nothing within 2x of 1 MiB: the 4 MiB block
+    EXPECT_EQ(a.data, first.data);
+    const PooledBlock b = pool.acquire(kMiB + 1);
+    EXPECT_EQ(b.data, big.data) << "the next larger cached block";
+    const PooledBlock c = pool.acquire(300);  // the 512-byte class is empty: the 1 KiB block
+    EXPECT_EQ(c.data, medium.data);
+    EXPECT_EQ(counts.allocated, 3);
+    const PooledBlock d = pool.acquire(kMiB);  // the cache is empty now
+    EXPECT_EQ(counts.allocated, 4);
+    for (const PooledBlock& block : {a, b, c, d}) pool.release(block);
+    EXPECT_EQ(pool.acquire(66 * kMiB).data, big.data) << "a borrowed block goes back to its own list";
+    pool.release(big);
+  }
   EXPECT_TRUE(counts.live.empty());
 }
 

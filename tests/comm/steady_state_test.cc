@@ -87,5 +87,32 @@ TEST(SteadyState, TheDenseSwitchStaysAllocationFree) {
   run_steady({"topk:ratio=0.6", AllreduceAlgorithm::kSparseAllreduce, false, 1, 1}, 3);
 }
 
+// The runtime's buffers vary in size from step to step when a cycle groups the tensors differently: a call on a
+// smaller tensor after one on a larger tensor reuses the larger call's blocks and obtains no memory.
+TEST(SteadyState, ASmallerTensorAfterALargerOneAllocatesNothing) {
+  const std::vector<std::pair<std::string, AllreduceAlgorithm>> cases = {
+      {"fp16", AllreduceAlgorithm::kDense},
+      {"topk:ratio=0.01", AllreduceAlgorithm::kAllgather},
+      {"dgc:ratio=0.01", AllreduceAlgorithm::kSparseAllreduce},
+      {"qsgd:bits=4", AllreduceAlgorithm::kScatterReduceAllgather}};
+  for (const auto& [spec, algorithm] : cases) {
+    SCOPED_TRACE(fmt::format("{} over {}", spec, algorithm_name(algorithm)));
+    testing::run_ranks(3, [&](Communicator& comm) {
+      auto codec = make_compressor(spec);
+      AllreduceOptions options;
+      options.algorithm = algorithm;
+      std::vector<AllreduceStats> stats;
+      for (const std::size_t numel : {std::size_t{1'500'000}, std::size_t{400'000}}) {
+        std::vector<float> tensor(numel);
+        for (std::size_t i = 0; i < numel; ++i) tensor[i] = static_cast<float>((i * 7919 + numel) % 1000) - 500.0f;
+        stats.push_back(compressed_allreduce(comm, *codec, TensorView::of(std::span(tensor)),
+                                             fmt::format("t{}", numel), options));
+      }
+      EXPECT_GT(stats[0].allocations, 0u) << "the first call fills the pools";
+      EXPECT_EQ(stats[1].allocations, 0u) << "rank " << comm.rank();
+    });
+  }
+}
+
 }  // namespace
 }  // namespace gradcomp
