@@ -197,7 +197,8 @@ int main(int argc, char** argv) {
                                       std::span<std::byte>(payload, capacity), ctx);
           const float tc = events.stop_ms(stream);
           events.start(stream);
-          compressor->decompress(std::span<const std::byte>(payload, size),
+          compressor->decompress(PayloadBytes(std::span<const std::byte>(payload, size),
+                                              Memory::on(Device::cuda(0), stream)),
                                  TensorView(out, n, DType::kF32, Device::cuda(0), stream), DecodeMode::kOverwrite);
           const float td = events.stop_ms(stream);
           if (r > 0) {

@@ -85,9 +85,9 @@ class ModeledCodec final : public Compressor {
   }
   // A dense or quantized payload is decoded in one pass over the output; a sparse one (gatherable: index-value
   // pairs) costs reading its pairs and scattering them, in proportion to the payload, not to the tensor.
-  void decompress(std::span<const std::byte> payload, const TensorView& out, DecodeMode) override {
+  void decompress(PayloadBytes payload, const TensorView& out, DecodeMode) override {
     if (traits().gatherable) {
-      charge(payload.size() / sizeof(float), 2, gbps_);
+      charge(payload.bytes.size() / sizeof(float), 2, gbps_);
     } else {
       charge(out.numel(), 1, gbps_);
     }

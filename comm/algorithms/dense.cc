@@ -128,7 +128,8 @@ void run_dense(Call& call) {
                      return call.compressor.compress(call.tensor, out, ctx);
                    },
                    [&](std::span<const std::byte> payload) {
-                     call.compressor.decompress(payload, call.tensor, DecodeMode::kOverwrite);
+                     call.compressor.decompress(PayloadBytes(payload, call.space.memory()), call.tensor,
+                                                DecodeMode::kOverwrite);
                    }};
   run_dense_io(call, io);
 }

@@ -73,10 +73,10 @@ Bytes allgatherv_payloads(Call& call, const Bytes& payload, const std::vector<st
 
 void decode_in_rank_order(Call& call, std::span<const std::byte> all, std::span<const std::size_t> sizes,
                           const TensorView& sum) {
-  std::vector<std::span<const std::byte>> payloads;
+  std::vector<PayloadBytes> payloads;
   std::size_t offset = 0;
   for (const std::size_t size : sizes) {
-    payloads.push_back(all.subspan(offset, size));
+    payloads.emplace_back(all.subspan(offset, size), call.space.memory());
     offset += padded_bytes(size);
   }
   call.compressor.decompress_sum(payloads, sum, DecodeMode::kOverwrite);

@@ -73,14 +73,15 @@ TensorView chunk_view(Call& call, const Chunk& chunk, Bytes& holder) {
 // Decodes `payload` (a recompressed chunk) into the chunk's places in the tensor.
 void decode_chunk(Call& call, const Chunk& chunk, std::span<const std::byte> payload) {
   if (chunk.contiguous) {
-    call.compressor.decompress(payload, call.tensor.slice(chunk.at.empty() ? 0 : chunk.at.front(), chunk.numel),
+    call.compressor.decompress(PayloadBytes(payload, call.space.memory()),
+                               call.tensor.slice(chunk.at.empty() ? 0 : chunk.at.front(), chunk.numel),
                                DecodeMode::kOverwrite);
     return;
   }
   const std::size_t elem = dtype_size(call.tensor.dtype());
   Bytes decoded = call.space.allocate(std::max<std::size_t>(chunk.numel, 1) * elem);
-  call.compressor.decompress(payload, call.space.view(decoded.data(), chunk.numel, call.tensor.dtype()),
-                             DecodeMode::kOverwrite);
+  call.compressor.decompress(PayloadBytes(payload, call.space.memory()),
+                             call.space.view(decoded.data(), chunk.numel, call.tensor.dtype()), DecodeMode::kOverwrite);
   auto* to = static_cast<std::byte*>(call.tensor.data());
   for (std::size_t p = 0; p < chunk.segments.size(); ++p) {
     call.space.copy(to + chunk.at[p] * elem, decoded.data() + chunk.segments[p].offset * elem,

@@ -39,7 +39,7 @@ void run_sparse(Call& call) {
   if (go_dense) {
     {
       Stopwatch watch(call.stats.decompress_s);
-      call.compressor.decompress(payload, sum_view, DecodeMode::kOverwrite);
+      call.compressor.decompress(PayloadBytes(payload, call.space.memory()), sum_view, DecodeMode::kOverwrite);
     }
     ordered_sum_f32(call, sum, numel);
   } else {

@@ -144,7 +144,7 @@ class PowerSgdCompressor final : public Compressor {
     return size;
   }
 
-  void decompress(std::span<const std::byte> bytes, const TensorView& out, DecodeMode mode) override;
+  void decompress(PayloadBytes payload, const TensorView& out, DecodeMode mode) override;
 
   std::vector<std::byte> save_state() const override;
   void load_state(std::span<const std::byte> bytes) override;
@@ -216,8 +216,11 @@ std::size_t PowerSgdCompressor::write_payload(Step& step, const TensorView& grad
   return size;
 }
 
-void PowerSgdCompressor::decompress(std::span<const std::byte> bytes, const TensorView& out, DecodeMode mode) {
+void PowerSgdCompressor::decompress(PayloadBytes payload, const TensorView& out, DecodeMode mode) {
   GRADCOMP_CHECK(out.device().is_cpu(), "powersgd: decompress() writes host tensors, got {}", out.describe());
+  GRADCOMP_CHECK(payload.memory.is_host(), "powersgd: decompress() reads host payloads, got one in {} memory",
+                 device_name(payload.memory.device));
+  const std::span<const std::byte> bytes = payload.bytes;
   const payload::View view = payload::parse(bytes, payload::CodecId::kPowerSgd, static_cast<long long>(out.numel()));
   const std::size_t numel = out.numel();
   const std::size_t blocks = view.header.param1;

@@ -65,9 +65,6 @@ class ScratchUse {
   cudaStream_t stream_;
 };
 
-// True when `pointer` can be read by a kernel on the current device (device or managed memory).
-bool is_device_memory(const void* pointer);
-
 class CudaPath {
  public:
   std::unique_ptr<CudaCodec> codec;  // null when the codec has no CUDA backend

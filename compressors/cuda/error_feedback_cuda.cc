@@ -23,15 +23,6 @@ constexpr std::size_t kCounterBytes = 256;  // DeviceCounters
 
 }  // namespace
 
-bool is_device_memory(const void* pointer) {
-  cudaPointerAttributes attributes{};
-  if (cudaPointerGetAttributes(&attributes, pointer) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged;
-}
-
 void write_header_device(const payload::Header& header, std::byte* out, cudaStream_t stream) {
   std::array<std::byte, payload::kHeaderBytes> bytes{};
   payload::encode_header(header, bytes);
@@ -285,12 +276,6 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
   const std::size_t n = grad.numel();
   const int device = grad.device().index;
   kernels::DeviceGuard guard(device);
-  GRADCOMP_CHECK(n == 0 || is_device_memory(grad.data()),
-                 "compressor '{}': gradient '{}' is labelled {} but its memory is not CUDA device memory", name_,
-                 ctx.name, grad.describe());
-  GRADCOMP_CHECK(is_device_memory(out.data()),
-                 "compressor '{}': the payload buffer for CUDA tensor '{}' must be device memory on cuda:{}", name_,
-                 ctx.name, device);
   auto stream = static_cast<cudaStream_t>(grad.stream());
   std::vector<DeviceTensorState*> dstates;
   std::vector<TensorState*> hstates;

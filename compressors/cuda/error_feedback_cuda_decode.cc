@@ -124,22 +124,22 @@ void plan_payload(std::size_t index, Placed& p, std::size_t n, payload::CodecId 
 // 1. Every payload in device memory at a 16-byte aligned address (sections are loaded as int32 and float4): a host
 // payload, or a misaligned device one, is staged; and every metadata block on the host, with one wait for all the
 // device payloads' (a host payload's is made on the host).
-std::vector<Placed> place_payloads(std::span<const std::span<const std::byte>> payloads, DeviceScratch& scratch,
+std::vector<Placed> place_payloads(std::span<const PayloadBytes> payloads, DeviceScratch& scratch,
                                    cudaStream_t stream) {
   std::vector<Placed> placed(payloads.size());
   std::vector<bool> on_device(payloads.size());
   std::size_t staged = 0, device_count = 0;
   for (std::size_t i = 0; i < payloads.size(); ++i) {
-    on_device[i] = is_device_memory(payloads[i].data());
-    const bool aligned = reinterpret_cast<std::uintptr_t>(payloads[i].data()) % payload::kSectionAlign == 0;
-    if (!on_device[i] || !aligned) staged += (payloads[i].size() + 255) / 256 * 256;
+    on_device[i] = !payloads[i].memory.is_host();  // as the caller labelled it
+    const bool aligned = reinterpret_cast<std::uintptr_t>(payloads[i].bytes.data()) % payload::kSectionAlign == 0;
+    if (!on_device[i] || !aligned) staged += (payloads[i].bytes.size() + 255) / 256 * 256;
     device_count += on_device[i] ? 1 : 0;
   }
   if (staged > 0) scratch.staging.reserve(staged);
   if (device_count > 0) scratch.meta.reserve(kMetaCapacity * payloads.size());
   std::size_t staging_at = 0;
   for (std::size_t i = 0; i < payloads.size(); ++i) {
-    const auto& bytes = payloads[i];
+    const std::span<const std::byte> bytes = payloads[i].bytes;
     Placed& p = placed[i];
     p.size = bytes.size();
     p.device = bytes.data();
@@ -207,13 +207,16 @@ std::vector<CudaDecodeArgs> check_parts(CudaCodec& codec, const std::vector<Part
 
 }  // namespace
 
-void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::span<const std::byte>> payloads,
-                                              const TensorView& out, DecodeMode first) {
+void ErrorFeedbackCompressor::decompress_cuda(std::span<const PayloadBytes> payloads, const TensorView& out,
+                                              DecodeMode first) {
   CudaCodec* codec = cuda_codec();
   GRADCOMP_CHECK(codec != nullptr, "compressor '{}' has no CUDA path (output is {})", name_, out.describe());
-  for (const auto& bytes : payloads) {
-    GRADCOMP_CHECK_AS(CorruptPayload, bytes.size() >= payload::kHeaderBytes,
-                      "corrupt payload: {} bytes is shorter than the {}-byte header", bytes.size(),
+  for (const PayloadBytes& payload : payloads) {
+    GRADCOMP_CHECK(payload.memory.is_host() || payload.memory.device == out.device(),
+                   "compressor '{}': a payload in {} memory cannot be decoded into {} (host or the output's device)",
+                   name_, device_name(payload.memory.device), out.describe());
+    GRADCOMP_CHECK_AS(CorruptPayload, payload.bytes.size() >= payload::kHeaderBytes,
+                      "corrupt payload: {} bytes is shorter than the {}-byte header", payload.bytes.size(),
                       payload::kHeaderBytes);
   }
   if (payloads.empty()) return;

@@ -259,12 +259,14 @@ std::size_t ErrorFeedbackCompressor::encode_segment(const float* values, const T
 
 void ErrorFeedbackCompressor::validate(const payload::View&, std::size_t) const {}
 
-void ErrorFeedbackCompressor::decompress(std::span<const std::byte> bytes, const TensorView& out, DecodeMode mode) {
+void ErrorFeedbackCompressor::decompress(PayloadBytes payload, const TensorView& out, DecodeMode mode) {
   check_float_dtype(out, name_, "decompress output");
   if (out.device().is_cuda()) {
-    decompress_cuda(std::span(&bytes, 1), out, mode);  // the whole payload, segmented or not
+    decompress_cuda(std::span(&payload, 1), out, mode);  // the whole payload, segmented or not
     return;
   }
+  require_host_payload(payload.memory, out);
+  const std::span<const std::byte> bytes = payload.bytes;
   std::array<std::byte, payload::kHeaderBytes> prefix{};
   GRADCOMP_CHECK_AS(CorruptPayload, bytes.size() >= prefix.size(),
                     "corrupt payload: {} bytes is shorter than the {}-byte header", bytes.size(), prefix.size());
@@ -295,14 +297,20 @@ void ErrorFeedbackCompressor::decompress(std::span<const std::byte> bytes, const
   }
 }
 
-void ErrorFeedbackCompressor::decompress_sum(std::span<const std::span<const std::byte>> payloads,
-                                             const TensorView& out, DecodeMode first) {
+void ErrorFeedbackCompressor::decompress_sum(std::span<const PayloadBytes> payloads, const TensorView& out,
+                                             DecodeMode first) {
   if (out.device().is_cuda()) {
     check_float_dtype(out, name_, "decompress output");
     decompress_cuda(payloads, out, first);  // every payload checked before any is written, two waits in all
     return;
   }
+  for (const PayloadBytes& payload : payloads) require_host_payload(payload.memory, out);  // before any is written
   Compressor::decompress_sum(payloads, out, first);
+}
+
+void ErrorFeedbackCompressor::require_host_payload(Memory memory, const TensorView& out) const {
+  GRADCOMP_CHECK(memory.is_host(), "compressor '{}': a payload in {} memory cannot be decoded into {} (a CPU output "
+                 "takes host payloads)", name_, device_name(memory.device), out.describe());
 }
 
 void ErrorFeedbackCompressor::decompress_plain(std::span<const std::byte> bytes, const TensorView& out,
@@ -358,8 +366,7 @@ std::size_t ErrorFeedbackCompressor::compress_cuda(const TensorView& grad, std::
   return 0;
 }
 
-void ErrorFeedbackCompressor::decompress_cuda(std::span<const std::span<const std::byte>>, const TensorView& out,
-                                              DecodeMode) {
+void ErrorFeedbackCompressor::decompress_cuda(std::span<const PayloadBytes>, const TensorView& out, DecodeMode) {
   throw InvalidArgument(
       fmt::format("compressor '{}' has no CUDA path in this build (output is {})", name_, out.describe()));
 }

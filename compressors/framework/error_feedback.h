@@ -91,9 +91,8 @@ class ErrorFeedbackCompressor : public Compressor, public GatherCodec {
   CompressorTraits traits() const override { return traits_; }
   std::size_t payload_bound(std::size_t numel, std::span<const TensorSegment> segments) const override;
   std::size_t compress(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx) override;
-  void decompress(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode) override;
-  void decompress_sum(std::span<const std::span<const std::byte>> payloads, const TensorView& out,
-                      DecodeMode first) override;
+  void decompress(PayloadBytes payload, const TensorView& out, DecodeMode mode) override;
+  void decompress_sum(std::span<const PayloadBytes> payloads, const TensorView& out, DecodeMode first) override;
   std::vector<std::byte> save_state() const override;
   void load_state(std::span<const std::byte> state) override;
   void reset_state() override;
@@ -134,12 +133,11 @@ class ErrorFeedbackCompressor : public Compressor, public GatherCodec {
   // otherwise the two residual buffers swap. Under raise the output buffer's contents are then unspecified. Such a
   // codec must still work in place when residual_out is null (chunks of a tensor and skipped segments use that).
   virtual bool fuses_nonfinite_scan() const { return false; }
-  // Decodes payloads of one tensor (plain or segmented; device or host memory) into a CUDA tensor, the first with
-  // `first`, the others accumulating: every part of every payload is checked before any is written, with one host
-  // wait for the device payloads' metadata and one for the device checks of all parts
+  // Decodes payloads of one tensor (plain or segmented; each in host memory or out's device's) into a CUDA tensor,
+  // the first with `first`, the others accumulating: every part of every payload is checked before any is written,
+  // with one host wait for the device payloads' metadata and one for the device checks of all parts
   // (compressors/cuda/error_feedback_cuda_decode.cc). Returns with the decode queued on out.stream().
-  virtual void decompress_cuda(std::span<const std::span<const std::byte>> payloads, const TensorView& out,
-                               DecodeMode first);
+  virtual void decompress_cuda(std::span<const PayloadBytes> payloads, const TensorView& out, DecodeMode first);
 
   payload::CodecId codec() const { return codec_; }
   const Params& params() const { return params_; }
@@ -184,6 +182,8 @@ class ErrorFeedbackCompressor : public Compressor, public GatherCodec {
   void check_state_size(std::string_view name, std::size_t numel, int rank) const;
   // Copies `n` bytes at the start of `payload` (host memory: a host output's payload) to `dst`.
   void read_prefix(std::span<const std::byte> payload, std::byte* dst, std::size_t n, const TensorView& out) const;
+  // Throws InvalidArgument unless `memory` is host memory (a CPU `out` decodes host payloads only).
+  void require_host_payload(Memory memory, const TensorView& out) const;
   // Decodes one plain payload into a host tensor.
   void decompress_plain(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode);
   // Decodes a validated plain payload into a host tensor of view.header.numel elements (f16/bf16 through f32).

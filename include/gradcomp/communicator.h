@@ -22,20 +22,6 @@ enum class ReduceOp { kSum, kAverage, kMax, kMin };
 // "sum", "average", "max", "min".
 std::string_view reduce_op_name(ReduceOp op);
 
-// Where the buffers of one communicator call live: host memory, or memory of a CUDA device whose contents are ready
-// once the work queued on `stream` (a cudaStream_t; nullptr = the device's default stream) has run. The caller says
-// it; no backend probes a pointer.
-struct Memory {
-  Device device = Device::cpu();
-  void* stream = nullptr;
-
-  static Memory host() { return {}; }
-  static Memory on(Device device, void* stream) { return {device, stream}; }
-  // Where `view`'s elements live (its device and stream).
-  static Memory of(const TensorView& view) { return {view.device(), view.stream()}; }
-  bool is_host() const { return device.is_cpu(); }
-};
-
 // A group of ranks. Collective calls must be made by every rank in the same order. Not thread-safe: one thread
 // issues the calls of one communicator (the Runtime's background thread, or the test's rank thread).
 //

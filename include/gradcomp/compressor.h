@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstddef>
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "gradcomp/tensor.h"
@@ -104,6 +106,20 @@ class RoundReduction {
 // Whether decompress() overwrites its output or adds to it.
 enum class DecodeMode { kOverwrite, kAccumulate };
 
+// A payload's bytes and the memory they live in: host memory (what a span alone converts to), or a CUDA device's.
+// The caller says where; no codec probes a pointer. A CUDA decode runs on its output's stream: device bytes written
+// on another stream must be ordered before the call.
+struct PayloadBytes {
+  std::span<const std::byte> bytes;
+  Memory memory = Memory::host();
+
+  // Host bytes: anything a std::span<const std::byte> can be made from (a span, a std::vector<std::byte>).
+  template <typename Bytes>
+    requires std::convertible_to<Bytes&&, std::span<const std::byte>>
+  PayloadBytes(Bytes&& host_bytes) : bytes(std::forward<Bytes>(host_bytes)) {}  // NOLINT: implicit by design
+  PayloadBytes(std::span<const std::byte> bytes_in, Memory where) : bytes(bytes_in), memory(where) {}
+};
+
 // A gradient codec with optional error feedback. Instances are stateful and not thread-safe: use one instance per
 // thread, or serialize calls. Memory of every span/view is owned by the caller.
 class Compressor {
@@ -128,22 +144,24 @@ class Compressor {
   // compress() buffers with this. The default is max_payload_bytes(numel).
   virtual std::size_t payload_bound(std::size_t numel, std::span<const TensorSegment> segments) const;
 
-  // Compresses `grad` into `out` (same device as grad, at least payload_bound(grad.numel(), ctx.segments) bytes),
+  // Compresses `grad` into `out` (at least payload_bound(grad.numel(), ctx.segments) bytes, in grad's memory: host
+  // memory for a CPU tensor, memory of grad's device for a CUDA tensor, as the caller labelled them; not probed),
   // applying and updating the error-feedback state of `ctx.name` (or of each segment's name). Returns the payload
   // size in bytes.
   // Throws InvalidArgument (bad dtype, small buffer, non-finite input under the "raise" policy, state of another size).
   virtual std::size_t compress(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx) = 0;
 
   // Decodes `payload` into `out` (numel and dtype as compressed). Validates the payload first: a truncated or
-  // corrupt one throws CorruptPayload and leaves `out` untouched.
-  virtual void decompress(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode) = 0;
+  // corrupt one throws CorruptPayload and leaves `out` untouched. A CUDA `out` takes host payloads (staged) and
+  // payloads in its device's memory; a CPU `out` takes host payloads only (else InvalidArgument, out untouched).
+  virtual void decompress(PayloadBytes payload, const TensorView& out, DecodeMode mode) = 0;
 
   // Decodes several payloads of one tensor into `out`, in order: the first with `first`, the others accumulating;
   // the result of decompress() of each in turn (the default does exactly that). A codec may check every payload
   // before it writes any, and then waits for a device once for all of them instead of per payload (the CUDA path of
   // the built-in codecs: a gathered buffer of n ranks' payloads costs two host waits, not 2n).
-  virtual void decompress_sum(std::span<const std::span<const std::byte>> payloads, const TensorView& out,
-                              DecodeMode first);
+  // Each payload says where it lives (as for decompress()).
+  virtual void decompress_sum(std::span<const PayloadBytes> payloads, const TensorView& out, DecodeMode first);
 
   // Serialized state of every tensor name (residuals, momenta, steps). load_state(save_state()) restores it so that
   // the next compress() is bit-identical to an uninterrupted run. load_state throws InvalidArgument for state of

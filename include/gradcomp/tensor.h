@@ -104,6 +104,20 @@ class TensorView {
   std::size_t rows_ = 0;
 };
 
+// Where the buffers of one communicator or codec call live: host memory, or memory of a CUDA device whose contents
+// are ready once the work queued on `stream` (a cudaStream_t; nullptr = the device's default stream) has run. The
+// caller says it; nothing probes a pointer.
+struct Memory {
+  Device device = Device::cpu();
+  void* stream = nullptr;
+
+  static Memory host() { return {}; }
+  static Memory on(Device device, void* stream) { return {device, stream}; }
+  // Where `view`'s elements live (its device and stream).
+  static Memory of(const TensorView& view) { return {view.device(), view.stream()}; }
+  bool is_host() const { return device.is_cpu(); }
+};
+
 namespace detail {
 template <typename T>
 struct DTypeOf;

@@ -201,7 +201,8 @@ void init_compressors(nb::module_& m) {
             GRADCOMP_CHECK(p.dtype() == DType::kU8, "decompress(): the payload must be uint8, got {}",
                            dtype_name(p.dtype()));
             nb::gil_scoped_release release;
-            c.decompress(bytes_of(p), o, accumulate ? DecodeMode::kAccumulate : DecodeMode::kOverwrite);
+            c.decompress(PayloadBytes(bytes_of(p), Memory::of(p)), o,
+                         accumulate ? DecodeMode::kAccumulate : DecodeMode::kOverwrite);
           },
           "payload"_a, "out"_a, "accumulate"_a = false, "stream"_a = 0,
           "Decodes `payload` into `out` (overwrites, or adds when accumulate=True).")

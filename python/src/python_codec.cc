@@ -121,7 +121,7 @@ class PythonCodec final : public Compressor {
   std::size_t compress(const TensorView&, std::span<std::byte>, const CompressContext& ctx) override {
     throw InvalidArgument(single_payload_message("compress", ctx.name));
   }
-  void decompress(std::span<const std::byte>, const TensorView&, DecodeMode) override {
+  void decompress(PayloadBytes, const TensorView&, DecodeMode) override {
     throw InvalidArgument(single_payload_message("decompress", "payload"));
   }
   std::vector<std::byte> save_state() const override;

@@ -24,8 +24,12 @@ std::unique_ptr<RoundReduction> Compressor::begin_rounds(const TensorView& tenso
                                     spec(), describe_traits(traits()), ctx.name, ctx.rank));
 }
 
-void Compressor::decompress_sum(std::span<const std::span<const std::byte>> payloads, const TensorView& out,
-                                DecodeMode first) {
+void Compressor::decompress_sum(std::span<const PayloadBytes> payloads, const TensorView& out, DecodeMode first) {
+  for (const PayloadBytes& payload : payloads) {  // before any payload is written
+    GRADCOMP_CHECK(!out.device().is_cpu() || payload.memory.is_host(),
+                   "compressor '{}': a payload in {} memory cannot be decoded into {} (a CPU output takes host "
+                   "payloads)", name(), device_name(payload.memory.device), out.describe());
+  }
   for (std::size_t i = 0; i < payloads.size(); ++i) {
     decompress(payloads[i], out, i == 0 ? first : DecodeMode::kAccumulate);
   }

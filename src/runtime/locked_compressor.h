@@ -30,13 +30,12 @@ class LockedCompressor final : public Compressor, public GatherCodec {
     std::lock_guard lock(mutex_);
     return inner_.compress(grad, out, ctx);
   }
-  void decompress(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode) override {
+  void decompress(PayloadBytes payload, const TensorView& out, DecodeMode mode) override {
     std::lock_guard lock(mutex_);
     inner_.decompress(payload, out, mode);
   }
   // Forwarded whole, so the inner codec's batched decode (one check of every payload, two device waits) is kept.
-  void decompress_sum(std::span<const std::span<const std::byte>> payloads, const TensorView& out,
-                      DecodeMode first) override {
+  void decompress_sum(std::span<const PayloadBytes> payloads, const TensorView& out, DecodeMode first) override {
     std::lock_guard lock(mutex_);
     inner_.decompress_sum(payloads, out, first);
   }

@@ -76,8 +76,8 @@ class AlignmentProbe final : public Compressor {
   std::size_t compress(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx) override {
     return inner_->compress(grad, out, ctx);
   }
-  void decompress(std::span<const std::byte> payload, const TensorView& out, DecodeMode mode) override {
-    misalignments.push_back(reinterpret_cast<std::uintptr_t>(payload.data()) % algorithms::kPayloadAlign);
+  void decompress(PayloadBytes payload, const TensorView& out, DecodeMode mode) override {
+    misalignments.push_back(reinterpret_cast<std::uintptr_t>(payload.bytes.data()) % algorithms::kPayloadAlign);
     inner_->decompress(payload, out, mode);
   }
   std::vector<std::byte> save_state() const override { return inner_->save_state(); }

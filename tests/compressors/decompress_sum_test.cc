@@ -37,7 +37,7 @@ class DecompressSum : public ::testing::TestWithParam<std::string> {};
 TEST_P(DecompressSum, EqualsDecompressOfEachInTurn) {
   const std::size_t n = 4099;
   const auto payloads = payloads_of(GetParam(), n, 3);
-  const std::vector<std::span<const std::byte>> spans(payloads.begin(), payloads.end());
+  const std::vector<PayloadBytes> spans(payloads.begin(), payloads.end());  // host payloads
   for (const DecodeMode first : {DecodeMode::kOverwrite, DecodeMode::kAccumulate}) {
     auto compressor = make_compressor(GetParam());
     std::vector<float> expected(n, 0.5f), got(n, 0.5f);
@@ -54,8 +54,8 @@ TEST_P(DecompressSum, EqualsDecompressOfEachInTurn) {
 TEST_P(DecompressSum, CorruptPayloadThrows) {
   const std::size_t n = 1000;
   const auto payloads = payloads_of(GetParam(), n, 2);
-  std::vector<std::span<const std::byte>> spans(payloads.begin(), payloads.end());
-  spans[1] = spans[1].first(spans[1].size() - 1);
+  std::vector<PayloadBytes> spans(payloads.begin(), payloads.end());
+  spans[1].bytes = spans[1].bytes.first(spans[1].bytes.size() - 1);
   auto compressor = make_compressor(GetParam());
   std::vector<float> out(n);
   EXPECT_THROW(compressor->decompress_sum(spans, TensorView::of(std::span<float>(out)), DecodeMode::kOverwrite),

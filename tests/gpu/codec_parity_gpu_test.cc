@@ -27,6 +27,9 @@ namespace {
 
 using testing::DeviceArray;
 
+// Payload bytes in cuda:0's memory (the default stream), as a caller labels them.
+const Memory kOnGpu = Memory::on(Device::cuda(0), nullptr);
+
 std::vector<std::byte> payload_on_gpu(Compressor& compressor, const DeviceArray<float>& grad, std::size_t offset,
                                       std::size_t n, const CompressContext& ctx) {
   DeviceArray<std::byte> out(compressor.max_payload_bytes(n));
@@ -86,7 +89,7 @@ TEST_P(Parity, CrossDeviceDecode) {
   DeviceArray<std::byte> device_payload(payload.size());
   device_payload.upload(payload);
   DeviceArray<float> out(n);
-  gpu->decompress(std::span<const std::byte>(device_payload.data(), payload.size()),
+  gpu->decompress(PayloadBytes(std::span<const std::byte>(device_payload.data(), payload.size()), kOnGpu),
                   TensorView(out.data(), n, DType::kF32, Device::cuda(0)), DecodeMode::kOverwrite);
   const auto on_gpu = out.download();
   ASSERT_EQ(std::memcmp(on_gpu.data(), on_cpu.data(), n * sizeof(float)), 0) << GetParam();
@@ -123,8 +126,8 @@ TEST_P(Parity, HalfPrecisionTensors) {
     std::vector<std::uint16_t> cpu_out(n, 0);
     cpu->decompress(expected, TensorView(cpu_out.data(), n, dtype), DecodeMode::kOverwrite);
     DeviceArray<std::uint16_t> gpu_out(n);
-    gpu->decompress(std::span<const std::byte>(out.data(), size), TensorView(gpu_out.data(), n, dtype, Device::cuda(0)),
-                    DecodeMode::kOverwrite);
+    gpu->decompress(PayloadBytes(std::span<const std::byte>(out.data(), size), kOnGpu),
+                    TensorView(gpu_out.data(), n, dtype, Device::cuda(0)), DecodeMode::kOverwrite);
     ASSERT_EQ(gpu_out.download(), cpu_out) << GetParam() << " decode to " << dtype_name(dtype);
   }
 }
@@ -263,9 +266,10 @@ TEST_P(Parity, SumOfPayloadsMatchesTheCpu) {
   std::memcpy(gathered.data(), payloads[0].data(), payloads[0].size());
   std::memcpy(gathered.data() + at1, payloads[1].data(), payloads[1].size());
   DeviceArray<std::byte> device(gathered);
-  std::vector<std::span<const std::byte>> spans = {{device.data(), payloads[0].size()},
-                                                   {device.data() + at1, payloads[1].size()},
-                                                   payloads[2]};
+  std::vector<PayloadBytes> spans = {
+      PayloadBytes(std::span<const std::byte>(device.data(), payloads[0].size()), kOnGpu),
+      PayloadBytes(std::span<const std::byte>(device.data() + at1, payloads[1].size()), kOnGpu),
+      PayloadBytes(payloads[2])};
   auto gpu = make_compressor(GetParam());
   DeviceArray<float> out(std::vector<float>(n, 7.0f));
   const TensorView view(out.data(), n, DType::kF32, Device::cuda(0));
@@ -277,7 +281,7 @@ TEST_P(Parity, SumOfPayloadsMatchesTheCpu) {
 
   // The last payload one byte short: CorruptPayload before any payload is written.
   std::vector<float> before = got;
-  spans[2] = spans[2].first(spans[2].size() - 1);
+  spans[2].bytes = spans[2].bytes.first(spans[2].bytes.size() - 1);
   EXPECT_THROW(gpu->decompress_sum(spans, view, DecodeMode::kAccumulate), CorruptPayload) << GetParam();
   EXPECT_EQ(out.download(), before) << GetParam() << ": a corrupt payload wrote into the output";
 }

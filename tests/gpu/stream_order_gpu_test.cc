@@ -87,7 +87,7 @@ TEST_F(Streams, SharedScratchIsOrderedAcrossStreams) {
   const std::size_t size = gpu->compress(TensorView(grad_y.data(), n, DType::kF16, Device::cuda(0), b_),
                                          std::span<std::byte>(device_y.data(), device_y.size()), ctx);
   DeviceArray<std::uint16_t> out_y(n);
-  gpu->decompress(std::span<const std::byte>(device_y.data(), size),
+  gpu->decompress(PayloadBytes(std::span<const std::byte>(device_y.data(), size), Memory::on(Device::cuda(0), b_)),
                   TensorView(out_y.data(), n, DType::kF16, Device::cuda(0), b_), DecodeMode::kOverwrite);
   ASSERT_EQ(cudaStreamSynchronize(a_), cudaSuccess);
   ASSERT_EQ(cudaStreamSynchronize(b_), cudaSuccess);
