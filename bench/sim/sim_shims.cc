@@ -11,7 +11,8 @@
 //     at once (the request is MPI_REQUEST_NULL). SMPI implements the non-blocking collectives naively (every rank
 //     sends its whole buffer to every other: an Iallreduce of 100 MB on 1,024 ranks moves 100 GB per rank), while its
 //     blocking collectives follow Open MPI's or MPICH's algorithm selection (--cfg=smpi/coll-selector:ompi).
-//   - MPI_Reduce_local into a folded buffer: skipped (garbage sums).
+//   - MPI_Reduce_local into a folded buffer: skipped (garbage sums); so is the host division pass of the algorithms
+//     (gradcomp::sim::folded(), called by comm/algorithms/memory_space.cc under GRADCOMP_SIMGRID).
 //   - MPI_Test: of MPI_REQUEST_NULL reports completion, as the MPI standard says. SMPI 3.32 leaves `flag` untouched
 //     when the status is MPI_STATUS_IGNORE, so the ring (comm/mpi/mpi_ring.cc), which tests a receive that its
 //     blocking wait already completed, waited forever.
@@ -241,6 +242,7 @@ void release(void* p) {
 
 namespace gradcomp::sim {
 void stop_freeing() { g_finalized = true; }
+bool folded(const void* p, std::size_t bytes) { return ::folded(p, bytes); }  // comm/algorithms/memory_space.cc
 }  // namespace gradcomp::sim
 
 void* operator new(std::size_t bytes) { return allocate(bytes); }
