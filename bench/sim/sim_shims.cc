@@ -11,7 +11,8 @@
 //     at once (the request is MPI_REQUEST_NULL). SMPI implements the non-blocking collectives naively (every rank
 //     sends its whole buffer to every other: an Iallreduce of 100 MB on 1,024 ranks moves 100 GB per rank), while its
 //     blocking collectives follow Open MPI's or MPICH's algorithm selection (--cfg=smpi/coll-selector:ompi).
-//   - MPI_Reduce_local into a folded buffer: skipped (garbage sums).
+//   - MPI_Reduce_local into a folded buffer: skipped (garbage sums); so is the host division pass of the algorithms
+//     (gradcomp::sim::folded(), called by comm/algorithms/memory_space.cc under GRADCOMP_SIMGRID).
 //   - MPI_Test: of MPI_REQUEST_NULL reports completion, as the MPI standard says. SMPI 3.32 leaves `flag` untouched
 //     when the status is MPI_STATUS_IGNORE, so the ring (comm/mpi/mpi_ring.cc), which tests a receive that its
 //     blocking wait already completed, waited forever.
@@ -172,6 +173,7 @@ std::size_t shared_threshold();
 // The first kPrivateBytes of every folded allocation stay private (real memory, copied by SMPI's messages): headers,
 // fingerprints and payload sizes land there when a communicator reuses a large buffer for a small collective.
 constexpr std::size_t kPrivateBytes = std::size_t{256} << 10;
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
 // Calls fn(offset, length) for each part of [p, p + bytes) that must really be written: all of it, unless it lies in
 // a folded allocation (of at least the threshold), where only its parts inside private blocks are.
@@ -215,8 +217,11 @@ void* allocate(std::size_t bytes) {
   const std::size_t threshold = shared_threshold();
   void* p = nullptr;
   if (threshold > kPrivateBytes && bytes >= threshold) {
-    const std::size_t shared_range[2] = {kPrivateBytes, bytes};
-    p = smpi_shared_malloc_partial(bytes, shared_range, 1);
+    // A whole number of 2 MiB pages: Linux then aligns the reservation to 2 MiB, and the folded block's huge pages
+    // (bench/sim/tmpfs.sh) map a page directory entry at a time instead of 512 page table entries.
+    const std::size_t size = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    const std::size_t shared_range[2] = {kPrivateBytes, size};
+    p = smpi_shared_malloc_partial(size, shared_range, 1);
   } else {
     p = std::malloc(bytes == 0 ? 1 : bytes);
   }
@@ -241,6 +246,7 @@ void release(void* p) {
 
 namespace gradcomp::sim {
 void stop_freeing() { g_finalized = true; }
+bool folded(const void* p, std::size_t bytes) { return ::folded(p, bytes); }  // comm/algorithms/memory_space.cc
 }  // namespace gradcomp::sim
 
 void* operator new(std::size_t bytes) { return allocate(bytes); }

@@ -40,6 +40,10 @@ class Ring {
 
   void run() {
     if (ranks_ == 1 || segments_ == 0) return;
+    if constexpr (kBlockingWaits) {
+      run_blocking();
+      return;
+    }
     for (std::size_t j = 0; j < segments_; ++j) send(0, j);
     for (std::size_t j = 0; j < segments_; ++j) try_post(j);
     std::size_t finished = 0;
@@ -105,24 +109,38 @@ class Ring {
 
   // Posts segment j's receive of its current step, unless the memory it lands in is still being sent.
   bool try_post(std::size_t j) {
-    const int t = step_[j];
-    const int b = recv_block(t);
-    std::byte* into = slot(t, j);
-    if (t >= ranks_ - 1) {
+    if (step_[j] >= ranks_ - 1) {
       // An allgather step writes the block into place; the reduce-scatter step u sent it from there.
-      MPI_Request& sent = sends_[static_cast<std::size_t>(t - ranks_ + 1) * segments_ + j];
       int done = 0;
-      call(MPI_Test(&sent, &done, MPI_STATUS_IGNORE), "MPI_Test (ring send)");
+      call(MPI_Test(&blocking_send(j), &done, MPI_STATUS_IGNORE), "MPI_Test (ring send)");
       if (!done) return false;
-      into = at(first(b, j));
     }
-    call(MPI_Irecv(nonnull(into), length(b, j), type_, left_, tag(j), comm_, &recvs_[j]), "MPI_Irecv (ring)");
-    posted_[j] = true;
+    post(j);
     return true;
   }
 
-  // Segment j of its current step has arrived: add it in (reduce-scatter), pass it on, move to the next step.
+  // Posts segment j's receive of its current step (its memory must be free: see try_post()).
+  void post(std::size_t j) {
+    const int t = step_[j];
+    const int b = recv_block(t);
+    std::byte* into = t >= ranks_ - 1 ? at(first(b, j)) : slot(t, j);
+    call(MPI_Irecv(nonnull(into), length(b, j), type_, left_, tag(j), comm_, &recvs_[j]), "MPI_Irecv (ring)");
+    posted_[j] = true;
+  }
+
+  // The reduce-scatter send that reads the memory segment j's current (allgather) step receives into.
+  MPI_Request& blocking_send(std::size_t j) {
+    return sends_[static_cast<std::size_t>(step_[j] - ranks_ + 1) * segments_ + j];
+  }
+
+  // Segment j of its current step has arrived: add it in, pass it on, and post the next step's receive if it can.
   void arrived(std::size_t j) {
+    if (advance(j)) try_post(j);
+  }
+
+  // Segment j of its current step has arrived: add it in (reduce-scatter), move to the next step and send it on.
+  // Returns whether the segment has steps left.
+  bool advance(std::size_t j) {
     const int t = step_[j];
     if (t < ranks_ - 1) {
       const int b = recv_block(t);
@@ -131,9 +149,9 @@ class Ring {
     }
     posted_[j] = false;
     step_[j] = t + 1;
-    if (t + 1 == steps_) return;
+    if (t + 1 == steps_) return false;
     send(t + 1, j);
-    try_post(j);
+    return true;
   }
 
   std::vector<MPI_Request> in_flight() const {
@@ -156,30 +174,49 @@ class Ring {
       idle = 0;
       return;
     }
-    if constexpr (kBlockingWaits) {
-      block_until_any();
-      return;
-    }
     hooks_.idle(++idle, [this] { return in_flight(); });
   }
 
-  // Simulated build (kBlockingWaits): blocks until one request in flight completes and marks it done (null), so the
-  // next pass's MPI_Test of it reports completion.
-  void block_until_any() {
-    std::vector<MPI_Request*> live;
-    for (MPI_Request& r : recvs_) {
-      if (r != MPI_REQUEST_NULL) live.push_back(&r);
+  // Simulated build (kBlockingWaits): every unfinished segment waits on exactly one request, its posted receive or,
+  // while the receive of an allgather step cannot be posted, the reduce-scatter send that still reads the memory it
+  // lands in. One MPI_Waitany over those `segments_` requests returns the one that completed, and only that segment
+  // moves on; the sends that block nothing complete in one MPI_Waitall at the end. So each message costs O(1) MPI
+  // calls, where run()'s polling tests every segment after each completion. And no request completes through
+  // MPI_Test: SimGrid 3.32 then never drops it from the rank's list of activities, which every later completion
+  // scans (docs/scaling.md). Same messages, same reductions in the same order: the same bytes as run().
+  void run_blocking() {
+    std::vector<MPI_Request> waits(segments_, MPI_REQUEST_NULL);
+    for (std::size_t j = 0; j < segments_; ++j) send(0, j);
+    for (std::size_t j = 0; j < segments_; ++j) waits[j] = next_wait(j);
+    std::size_t finished = 0;
+    while (finished < segments_) {
+      int index = MPI_UNDEFINED;
+      call(MPI_Waitany(static_cast<int>(segments_), waits.data(), &index, MPI_STATUS_IGNORE), "MPI_Waitany (ring)");
+      if (index == MPI_UNDEFINED) {
+        call(MPI_ERR_INTERN, "MPI_Waitany (ring): no request in flight");
+        return;
+      }
+      // MPI_Waitany freed the request through its copy in `waits`: forget the original too.
+      const auto j = static_cast<std::size_t>(index);
+      if (posted_[j]) {
+        recvs_[j] = MPI_REQUEST_NULL;
+        if (!advance(j)) {
+          ++finished;
+          continue;
+        }
+      } else {
+        blocking_send(j) = MPI_REQUEST_NULL;
+      }
+      waits[j] = next_wait(j);
     }
-    for (MPI_Request& r : sends_) {
-      if (r != MPI_REQUEST_NULL) live.push_back(&r);
-    }
-    if (live.empty()) return;
-    std::vector<MPI_Request> requests;
-    for (MPI_Request* r : live) requests.push_back(*r);
-    int index = MPI_UNDEFINED;
-    call(MPI_Waitany(static_cast<int>(requests.size()), requests.data(), &index, MPI_STATUS_IGNORE),
-         "MPI_Waitany (ring)");
-    if (index != MPI_UNDEFINED) *live[static_cast<std::size_t>(index)] = MPI_REQUEST_NULL;
+    call(MPI_Waitall(static_cast<int>(sends_.size()), sends_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall (ring sends)");
+  }
+
+  // What segment j waits on next (kBlockingWaits): the send that blocks its receive, or the receive, posted now.
+  MPI_Request next_wait(std::size_t j) {
+    if (step_[j] >= ranks_ - 1 && blocking_send(j) != MPI_REQUEST_NULL) return blocking_send(j);
+    post(j);
+    return recvs_[j];
   }
 
   std::byte* data_;

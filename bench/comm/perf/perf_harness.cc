@@ -74,8 +74,15 @@ void check_row(Communicator& comm, const Config& config, const RowPlan& plan, co
   row.max_error = max_over_ranks(comm, static_cast<float>(row.max_error));
 }
 
+// A row's gradient and the tensor its calls reduce, kept for the next row of the same size: allocating them afresh
+// for every row cost a simulated run (bench/sim, where every large allocation maps folded memory) more system time
+// than the rest of the harness.
+struct RowBuffers {
+  std::vector<float> grad, tensor;
+};
+
 Row run_row(Communicator& comm, const Config& config, const std::string& spec, std::size_t bytes, double dense_time,
-            NodeGroups* groups) {
+            NodeGroups* groups, RowBuffers& buffers) {
   const int n = comm.size();
   const std::size_t numel = bytes / sizeof(float);
   Row row;
@@ -86,7 +93,13 @@ Row run_row(Communicator& comm, const Config& config, const std::string& spec, s
   std::unique_ptr<Compressor> codec = make_compressor(spec);
   row.algorithm = plan.plain ? comm.backend() + "-allreduce" : std::string(algorithm_name(plan.algorithm));
 
-  std::vector<float> grad(numel), tensor(numel);
+  if (buffers.grad.size() != numel) {
+    buffers = {};
+    buffers.grad.resize(numel);
+    buffers.tensor.resize(numel);
+  }
+  std::vector<float>& grad = buffers.grad;
+  std::vector<float>& tensor = buffers.tensor;
   fill_gradient(grad, comm.rank(), /*grid=*/config.hierarchical || config.hierarchy_auto);
   AllreduceOptions options;
   options.algorithm = plan.algorithm;
@@ -113,13 +126,15 @@ Row run_row(Communicator& comm, const Config& config, const std::string& spec, s
   row.wire_bytes = first.wire_bytes;
   if (options.hierarchy_auto) row.algorithm += first.hierarchical ? "+hier" : "+flat";
   check_row(comm, config, plan, tensor, first.hierarchical ? groups : nullptr, row);
-  // All ranks identical: compare a hash of the result.
+  // All ranks identical: compare a hash of the result (not with --no-check: hashing 100 MB a rank was most of a
+  // simulated run's CPU time, docs/scaling.md).
   row.identity_checked = config.check;
-  const std::uint64_t hash = kernels::fnv1a64(reinterpret_cast<const char*>(tensor.data()), numel * sizeof(float));
-  std::vector<std::uint64_t> hashes(n);
-  comm.allgather(std::as_bytes(std::span(&hash, 1)), std::as_writable_bytes(std::span(hashes)));
-  row.identical = !config.check ||
-                  std::all_of(hashes.begin(), hashes.end(), [&](std::uint64_t h) { return h == hashes[0]; });
+  if (config.check) {
+    const std::uint64_t hash = kernels::fnv1a64(reinterpret_cast<const char*>(tensor.data()), numel * sizeof(float));
+    std::vector<std::uint64_t> hashes(n);
+    comm.allgather(std::as_bytes(std::span(&hash, 1)), std::as_writable_bytes(std::span(hashes)));
+    row.identical = std::all_of(hashes.begin(), hashes.end(), [&](std::uint64_t h) { return h == hashes[0]; });
+  }
 
   double total_time = 0;
   for (int it = 0; it < config.iters; ++it) {
@@ -210,6 +225,7 @@ int run(const Suite& suite, Communicator& comm, const Config& config) {
   }
   int bad = 0;
   std::map<std::size_t, Row> dense;  // the baseline of each size, measured once and printed in every table
+  RowBuffers buffers;
   bool first_table = true;
   for (const auto& [algorithm, specs] : tables(config)) {
     if (root && !first_table && !config.json) fmt::print("\n");
@@ -218,12 +234,12 @@ int run(const Suite& suite, Communicator& comm, const Config& config) {
     for (std::size_t bytes = config.min_bytes; bytes <= config.max_bytes; bytes *= config.factor) {
       auto found = dense.find(bytes);
       if (found == dense.end()) {
-        found = dense.emplace(bytes, run_row(comm, config, config.baseline, bytes, 0, nodes)).first;
+        found = dense.emplace(bytes, run_row(comm, config, config.baseline, bytes, 0, nodes, buffers)).first;
         bad += found->second.bad();
       }
       if (root) print_row(config, found->second);
       for (const auto& spec : specs) {
-        const Row row = run_row(comm, config, spec, bytes, found->second.time_s, nodes);
+        const Row row = run_row(comm, config, spec, bytes, found->second.time_s, nodes, buffers);
         bad += row.bad();
         if (root) print_row(config, row);
       }
