@@ -31,6 +31,11 @@ while [ $# -gt 0 ]; do
   shift
 done
 command -v smpirun >/dev/null || { echo "run.sh: smpirun not found: run scripts/sim-deps.sh" >&2; exit 3; }
+out=$(realpath -m "$out")
+case "$out/" in
+  /tmp/*) echo "run.sh: --out $out is under /tmp, which the simulation replaces by a private tmpfs" \
+            "(bench/sim/tmpfs.sh): choose a directory elsewhere" >&2; exit 2 ;;
+esac
 "$ROOT/bench/sim/build.sh" "$build"
 mkdir -p "$out/platforms"
 results=$out/results.jsonl

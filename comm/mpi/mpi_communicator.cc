@@ -158,12 +158,19 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
   void broadcast(std::span<std::byte> buffer, int root, Memory memory) override {
     require_memory(memory, "broadcast");
     GRADCOMP_CHECK(root >= 0 && root < size_, "mpi communicator: broadcast root {} out of range [0, {})", root, size_);
-    const int count = to_int(buffer.size(), "broadcast bytes", rank_);
     enter("broadcast");
     const mpi::Staged b = mpi::stage_in(*ops_, buffer, 0, memory);  // the root's data; overwritten elsewhere
-    MPI_Request request;
-    check(MPI_Ibcast(nonnull(b.send), count, MPI_BYTE, root, comm_, &request), "MPI_Ibcast", buffer.size());
-    wait(request, "broadcast", buffer.size());
+    // In pieces (MPI counts are ints; a 1.3B-value f32 tensor is 5.2 GB): one MPI_Ibcast each, in order.
+    auto* data = static_cast<std::byte*>(nonnull(b.send));
+    const std::size_t piece = mpi::max_message_bytes();
+    std::size_t offset = 0;
+    do {
+      const std::size_t n = std::min(piece, buffer.size() - offset);
+      MPI_Request request;
+      check(MPI_Ibcast(data + offset, static_cast<int>(n), MPI_BYTE, root, comm_, &request), "MPI_Ibcast", n);
+      wait(request, "broadcast", n);
+      offset += n;
+    } while (offset < buffer.size());
     mpi::copy_out(*ops_, buffer, b.send, memory);
   }
 

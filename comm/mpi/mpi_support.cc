@@ -138,6 +138,11 @@ void to_counts(std::span<const std::size_t> counts, std::size_t total, std::vect
   }
 }
 
+std::size_t max_message_bytes() {
+  const auto bytes = env::integer("GRADCOMP_MPI_MAX_MESSAGE_BYTES", 1, INT_MAX, "bytes");
+  return bytes ? static_cast<std::size_t>(*bytes) : std::size_t{1} << 30;
+}
+
 std::size_t ring_min_bytes_from_env() {
   constexpr std::size_t kDefault = std::size_t{1} << 20;
   const auto text = env::text("GRADCOMP_MPI_RING_MIN_BYTES");

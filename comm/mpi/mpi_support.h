@@ -58,6 +58,10 @@ void to_counts(std::span<const std::size_t> counts, std::size_t total, std::vect
 // none do (SIZE_MAX). Throws InvalidArgument for another value.
 std::size_t ring_min_bytes_from_env();
 
+// GRADCOMP_MPI_MAX_MESSAGE_BYTES: the largest piece one MPI call moves where a buffer may pass MPI's int counts (the
+// broadcast); default 1 GiB, 1 to INT_MAX. Throws InvalidArgument for another value.
+std::size_t max_message_bytes();
+
 // A non-null address for zero-length buffers (MPI implementations may reject null with a non-zero type size).
 void* nonnull(void* data);
 

@@ -37,6 +37,25 @@ TEST(MpiCommunicator, ConformanceMemory) { testing::conformance_memory(mpi_world
 
 // CUDA memory is taken exactly when the process decided the MPI library is CUDA-aware; GRADCOMP_MPI_CUDA_AWARE=0
 // keeps it host-only, =1 takes it in a CUDA build (CTest runs both, comm/mpi/mpi_cuda_aware.h).
+// A broadcast goes in pieces of at most GRADCOMP_MPI_MAX_MESSAGE_BYTES (MPI counts are ints; a 5.2 GB tensor
+// needs several): every rank ends with the root's bytes, also across piece boundaries and for an empty buffer.
+TEST(MpiCommunicator, BroadcastInPieces) {
+  Communicator& world = mpi_world();
+  ASSERT_EQ(setenv("GRADCOMP_MPI_MAX_MESSAGE_BYTES", "1000", 1), 0);
+  const int root = world.size() - 1;
+  for (const std::size_t bytes : {std::size_t{0}, std::size_t{999}, std::size_t{1000}, std::size_t{10007}}) {
+    std::vector<std::byte> buffer(bytes, std::byte{0});
+    if (world.rank() == root) {
+      for (std::size_t i = 0; i < bytes; ++i) buffer[i] = static_cast<std::byte>(i * 7 + 3);
+    }
+    world.broadcast(buffer, root);
+    for (std::size_t i = 0; i < bytes; ++i) {
+      ASSERT_EQ(buffer[i], static_cast<std::byte>(i * 7 + 3)) << "byte " << i << " of " << bytes;
+    }
+  }
+  ASSERT_EQ(unsetenv("GRADCOMP_MPI_MAX_MESSAGE_BYTES"), 0);
+}
+
 TEST(MpiCommunicator, TakesCudaMemoryOnlyWhenCudaAware) {
   Communicator& comm = mpi_world();
   EXPECT_TRUE(comm.takes(Device::cpu()));
