@@ -92,9 +92,12 @@ elif wanted sanitize; then
     step "sanitize.$tool.parity" 90 env GRADCOMP_PARITY_MAX_NUMEL=100003 "$SANITIZER" --tool "$tool" \
       --error-exitcode 1 "$(test_path codec_parity_gpu_test)" \
       --gtest_filter='Codecs/Parity.PayloadsAndStateAreBitIdentical/*:Codecs/Parity.CrossDeviceDecode/*'
-    step "sanitize.$tool.device_path" 90 env GRADCOMP_PARITY_MAX_NUMEL=20011 "$SANITIZER" --tool "$tool" \
-      --error-exitcode 1 \
-      "$(test_path device_path_gpu_test)" --gtest_filter='Codecs/DevicePath.*/topk*:Codecs/DevicePath.*/randomk*:Codecs/DevicePath.*/qsgd*'
+    # racecheck runs the device path with one rank: with 2 or 3 host threads (ranks) on one GPU it stalls past 60 s
+    # in the first test where memcheck takes 0.3 s for all four (2026-12-04, docs/cuda.md "Known limits").
+    ranks=$([ "$tool" = racecheck ] && echo 1 || echo 3)
+    step "sanitize.$tool.device_path" 90 env GRADCOMP_PARITY_MAX_NUMEL=20011 GRADCOMP_DEVICE_PATH_RANKS=$ranks \
+      "$SANITIZER" --tool "$tool" --error-exitcode 1 "$(test_path device_path_gpu_test)" \
+      --gtest_filter='Codecs/DevicePath.*/topk*:Codecs/DevicePath.*/randomk*:Codecs/DevicePath.*/qsgd*'
   done
 fi
 # ---- Python on the device's torch ------------------------------------------------------------------------------------

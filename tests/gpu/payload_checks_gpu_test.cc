@@ -36,8 +36,9 @@ TEST_P(CorruptPayloadsGpu, CudaDecoderRefusesWithTheCpuMessage) {
   EXPECT_EQ(cpu_message(c, bytes), expected) << c.name;
   for (const bool on_device : {true, false}) {  // a device payload, and a host one staged by the decoder
     DeviceArray<std::byte> device(bytes);
-    const std::span<const std::byte> payload =
-        on_device ? std::span<const std::byte>(device.data(), bytes.size()) : std::span<const std::byte>(bytes);
+    const PayloadBytes payload = on_device ? PayloadBytes(std::span<const std::byte>(device.data(), bytes.size()),
+                                                          Memory::on(Device::cuda(0), nullptr))
+                                           : PayloadBytes(bytes);
     auto decoder = make_compressor(c.spec);
     DeviceArray<float> out(std::vector<float>(corrupt::kNumel, 3.0f));
     const TensorView view(out.data(), corrupt::kNumel, DType::kF32, Device::cuda(0));
