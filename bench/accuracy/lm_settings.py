@@ -62,7 +62,7 @@ def momentum_options(bench: dict, total_steps: int) -> dict | None:
         cap = bench.get("max_interval")
         variance = gct.VarianceSchedule(variance, kappa=int(bench.get("kappa", 16)),
                                         max_interval=None if cap is None else int(cap))
-    guard = bench.get("guard", "1e-3")
+    guard = bench.get("guard", "1e-2")
     options = {"warmup": warm, "variance": variance, "exact_compression": bench.get("exact", "none"),
                "precondition": bench.get("precondition", "off") == "on",
                "guard": None if guard == "off" else float(guard)}

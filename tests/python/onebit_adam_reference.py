@@ -34,7 +34,7 @@ def onebit(x, bucket):
 class OneBitAdam:
     """The reference over named float32 parameters {name: flat array}."""
 
-    def __init__(self, params, world, lr, betas, eps, weight_decay, warmup, bucket=512, guard=1e-3, exact=(),
+    def __init__(self, params, world, lr, betas, eps, weight_decay, warmup, bucket=512, guard=1e-2, exact=(),
                  mode="momentum"):
         self.p = {n: v.astype(F32).copy() for n, v in params.items()}
         self.m = {n: np.zeros_like(v) for n, v in self.p.items()}

@@ -50,7 +50,7 @@ class CompressedAdam(torch.optim.Optimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, *, rule="adamw",
                  compression="onebit", warmup="auto", variance="refresh", exact_compression="none",
-                 named_parameters=None, compress="momentum", precondition=False, guard=1e-3, exact_below=0,
+                 named_parameters=None, compress="momentum", precondition=False, guard=1e-2, exact_below=0,
                  overlap=True, verbose=True):
         _require_init()
         if rule not in am.RULES:
