@@ -97,10 +97,10 @@ def write_combined(paths: list[str], out: str) -> int:
                    "rows": rows}, f, indent=1)
     plotted = [dict(r, val_bpb=r["val_bpb_mean"], bpb_range=(min(r["val_bpbs"]), max(r["val_bpbs"])))
                if r["status"] == "ok" else r for r in rows]
-    lm_report.write_png(plotted, png_path,
+    drawn = report.plot(lm_report.write_png, plotted, png_path,
                         f"byte-level LM, {meta.get('layers')} layers d{meta.get('width')} ctx{meta.get('context')}, "
                         f"{meta['ranks']} ranks, {meta.get('steps')} steps, AdamW, gradients via {meta['comm']}; "
                         f"mean of seeds {','.join(map(str, used))} (bars: lowest to highest seed; curves: seed "
                         f"{used[0]})")
-    print(f"\nwrote {csv_path}, {png_path}, {lm_report.curves_path(png_path)}")
+    print(f"\nwrote {csv_path}" + (f", {png_path}, {lm_report.curves_path(png_path)}" if drawn else ""))
     return 1 if any(r["status"] != "ok" for r in rows) else 0

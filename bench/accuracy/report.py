@@ -5,6 +5,7 @@ import csv
 import json
 import math
 import os
+import sys
 
 CSV_FIELDS = ("spec", "codec_spec", "status", "comm", "model", "ranks", "epochs", "train_images", "global_batch",
               "steps", "lr", "optimizer_momentum",
@@ -115,6 +116,22 @@ def save_figure(fig, path: str, title: str, title_size: int = 10) -> None:
     fig.savefig(path + ".tmp.png", dpi=110)
     plt.close(fig)
     os.replace(path + ".tmp.png", path)
+
+
+def plot(write_png, rows: list[dict], path: str, title: str) -> bool:
+    """write_png(rows, path, title), or, when matplotlib is not installed, a warning on stderr that names it and how
+    to get it, and False: the table, CSV and JSON are written before the plot, so a sweep never loses its results
+    (or its next seed) to a missing plotting library. Other errors propagate."""
+    try:
+        write_png(rows, path, title)
+        return True
+    except ImportError as e:
+        if (e.name or "").split(".")[0] != "matplotlib":
+            raise
+        print(f"accuracy: no plot {path}: matplotlib is not installed for {sys.executable} (pip install matplotlib, "
+              "or Debian's python3-matplotlib; or run run.py with a python that has it). The CSV and JSON are "
+              "written.", file=sys.stderr)
+        return False
 
 
 def write_png(rows: list[dict], path: str, title: str) -> None:

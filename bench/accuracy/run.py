@@ -282,8 +282,8 @@ def run_sweep(args, comm: str, specs: list[str], env: dict, out: str, deadline: 
     rep.write_csv(rows, csv_path)
     rep.write_json(rows, meta, os.path.join(out, "accuracy.json"))
     title = lm_task.title(args, comm) if args.task == "lm" else sweep_title(args, comm)
-    rep.write_png(rows, png_path, title + f", seed {args.seed}")
-    print(f"\nwrote {csv_path}, {png_path} ({wall:.0f} s of training runs)")
+    plotted = report.plot(rep.write_png, rows, png_path, title + f", seed {args.seed}")
+    print(f"\nwrote {csv_path}{', ' + png_path if plotted else ''} ({wall:.0f} s of training runs)")
     if stopped:
         return 130
     return 1 if any(r["status"] != "ok" for r in rows) else 0

@@ -184,6 +184,6 @@ def write_combined(paths: list[str], out: str) -> int:
     write_json(rows, sweeps, os.path.join(out, "accuracy.json"))
     title = (f"Fashion-MNIST, {meta['model']}, {meta['ranks']} ranks, {meta['epochs']} epoch(s), gradients via "
              f"{meta['comm']}; mean of seeds {','.join(map(str, used))} (bars: lowest to highest seed)")
-    write_png(rows, png_path, title)
-    print(f"\nwrote {csv_path}, {png_path}")
+    drawn = report.plot(write_png, rows, png_path, title)
+    print(f"\nwrote {csv_path}" + (f", {png_path}" if drawn else ""))
     return 1 if any(r["status"] != "ok" for r in rows) else 0
