@@ -42,7 +42,7 @@ struct Tally {
 
 // Elements [begin, end) of the fused pass: v = residual + grad (grad when residual is null), stored to next[i]
 // (unless null; non-temporal when `stream`), non-finite grad values tallied, and v either offered to `part` (keys
-// >= threshold are kept) or counted in the key histogram `row`.
+// >= threshold are kept) or counted in the key histogram `row` (neither when both are null: a small tensor).
 void fused_pass(const float* grad, const float* residual, float* next, bool stream, std::size_t begin, std::size_t end,
                 kernels::Candidates* part, std::uint32_t threshold, std::uint32_t* row, Tally& tally) {
   std::optional<kernels::CandidateCollector> collector;
@@ -60,7 +60,7 @@ void fused_pass(const float* grad, const float* residual, float* next, bool stre
     bad_lanes = _mm256_sub_epi32(bad_lanes, _mm256_cmpeq_epi32(exponent, exp_mask));
     if (collector) {
       collector->add8(v, static_cast<std::uint32_t>(i));
-    } else {
+    } else if (row != nullptr) {
       alignas(32) std::uint32_t keys[8];
       _mm256_store_si256(reinterpret_cast<__m256i*>(keys),
                          _mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0x7FFFFFFF)));
@@ -77,7 +77,7 @@ void fused_pass(const float* grad, const float* residual, float* next, bool stre
     bad += std::isfinite(grad[i]) ? 0 : 1;
     if (collector) {
       collector->add1(v, static_cast<std::uint32_t>(i));
-    } else {
+    } else if (row != nullptr) {
       ++row[kernels::key_bucket(kernels::magnitude_key(v))];
     }
   }
@@ -140,18 +140,19 @@ class TopKCompressor final : public ErrorFeedbackCompressor {
     // 2. One pass: v = r + g -> next, non-finite count of g, and the candidates with |v| >= bound (or, without a
     //    usable bound, the key histogram of v).
     const std::size_t chunks = (n + kernels::kSelectChunk - 1) / kernels::kSelectChunk;
+    const bool small = n <= kernels::kDirectSelectMax;  // selected directly from v, no histogram
     tallies_.assign(chunks, Tally{0, n});
     if (collect) {
       parts_.resize(chunks);
       for (auto& part : parts_) part.clear();
-    } else {
+    } else if (!small) {
       histogram_.reset(n);
     }
     const bool stream = next != nullptr && next != residual && kernels::use_stream_stores(next, n, false);
     kernels::parallel_chunks(n, kernels::kSelectChunk, args.threads,
                              [&](std::size_t c, std::size_t begin, std::size_t end) {
                                fused_pass(grad, residual, next, stream, begin, end, collect ? &parts_[c] : nullptr,
-                                          threshold, collect ? nullptr : histogram_.row(c), tallies_[c]);
+                                          threshold, collect || small ? nullptr : histogram_.row(c), tallies_[c]);
                              });
     std::size_t nonfinite = 0, first_bad = n;
     for (const Tally& tally : tallies_) {
@@ -225,7 +226,8 @@ class TopKCompressor final : public ErrorFeedbackCompressor {
       }
     }
     if (chosen) return;
-    kernels::select_topk(values, n, k, threads, selected_, collect || k >= n ? nullptr : &histogram_);
+    const bool built = !collect && k < n && n > kernels::kDirectSelectMax;  // encode() built histogram_
+    kernels::select_topk(values, n, k, threads, selected_, built ? &histogram_ : nullptr);
     candidates_.index.assign(selected_.begin(), selected_.end());
     candidates_.value.resize(selected_.size());
     for (std::size_t j = 0; j < selected_.size(); ++j) candidates_.value[j] = values[selected_[j]];

@@ -1,6 +1,7 @@
 #include "compressors/codecs/topk_select.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <numeric>
@@ -41,6 +42,27 @@ void collect_if(const float* values, std::size_t n, int threads, Pred pred, std:
   for (const auto& part : parts) out.insert(out.end(), part.begin(), part.end());
 }
 
+// select_topk for n <= kDirectSelectMax: the same radix select with a 2,048-bin histogram of the keys' top 11 bits
+// (8 KB to clear, against 256 KB for the 65,536 bins a large tensor needs), serial.
+void select_topk_small(const float* values, std::size_t n, std::size_t k, std::vector<std::uint32_t>& out) {
+  constexpr int kShift = 20;  // keys have 31 bits
+  std::array<std::uint32_t, std::size_t{1} << 11> counts{};
+  for (std::size_t i = 0; i < n; ++i) ++counts[magnitude_key(values[i]) >> kShift];
+  std::size_t above = 0;
+  std::uint32_t bucket = counts.size() - 1;
+  for (; bucket > 0 && above + counts[bucket] < k; --bucket) above += counts[bucket];
+  const std::uint32_t floor = bucket << kShift;
+  std::vector<std::uint32_t> candidates(n);
+  std::size_t count = 0;
+  for (std::size_t i = 0; i < n; ++i) {  // branch-free compaction, as collect_if
+    candidates[count] = static_cast<std::uint32_t>(i);
+    count += magnitude_key(values[i]) >= floor ? 1 : 0;
+  }
+  candidates.resize(count);
+  select_among([values](std::uint32_t i) { return magnitude_key(values[i]); },
+               std::span<const std::uint32_t>(candidates), k, out);
+}
+
 }  // namespace
 
 void KeyHistogram::reset(std::size_t n) {
@@ -64,6 +86,10 @@ void select_topk(const float* values, std::size_t n, std::size_t k, int threads,
   if (k >= n) {
     out.resize(n);
     std::iota(out.begin(), out.end(), 0u);
+    return;
+  }
+  if (histogram == nullptr && n <= kDirectSelectMax) {
+    select_topk_small(values, n, k, out);
     return;
   }
   KeyHistogram local;

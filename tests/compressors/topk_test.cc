@@ -40,17 +40,19 @@ TEST(TopK, DefaultSpellingIsTheSameSpec) {
   EXPECT_EQ(compress(*fresh, grad, "w", 1), compress(*plain, grad, "w", 1));
 }
 
+// Both histogram selects: the small tensors' 2,048 bins (up to kDirectSelectMax elements) and the 65,536 bins above.
 TEST(TopK, EqualsFullSortWithTiesBrokenByLowerIndex) {
-  for (const bool ties : {false, true}) {
-    const std::size_t n = 10007;
-    const auto grad = make_values(n, 5, ties);
-    auto c = make_compressor("topk:k=137,ef=off");
-    const auto payload = compress(*c, grad, "g", 0);
-    const auto expected = reference_topk(grad, 137);
-    EXPECT_EQ(section_ints(payload, 0), expected) << "ties=" << ties;
-    const auto sent = decode(*c, payload, n);
-    for (const std::int32_t i : expected) EXPECT_EQ(sent[i], grad[i]);
-    EXPECT_EQ(c->last_stats().selected, 137u);
+  for (const std::size_t n : {std::size_t{10007}, kernels::kDirectSelectMax, kernels::kDirectSelectMax + 1}) {
+    for (const bool ties : {false, true}) {
+      const auto grad = make_values(n, 5, ties);
+      auto c = make_compressor("topk:k=137,ef=off");
+      const auto payload = compress(*c, grad, "g", 0);
+      const auto expected = reference_topk(grad, 137);
+      EXPECT_EQ(section_ints(payload, 0), expected) << "n=" << n << " ties=" << ties;
+      const auto sent = decode(*c, payload, n);
+      for (const std::int32_t i : expected) EXPECT_EQ(sent[i], grad[i]);
+      EXPECT_EQ(c->last_stats().selected, 137u);
+    }
   }
 }
 
