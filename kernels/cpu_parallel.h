@@ -11,11 +11,16 @@
 
 namespace gradcomp::kernels {
 
-// 0 -> all hardware threads; otherwise max(1, requested).
+// 0 -> all hardware threads; otherwise max(1, requested). The hardware count is read once per process: glibc
+// answers std::thread::hardware_concurrency() by opening /sys/devices/system/cpu/online, which cost a small
+// tensor's codec call more than its arithmetic.
 inline int resolve_threads(int requested) {
   if (requested > 0) return requested;
-  const unsigned hardware = std::thread::hardware_concurrency();
-  return hardware == 0 ? 1 : static_cast<int>(hardware);
+  static const int hardware = [] {
+    const unsigned count = std::thread::hardware_concurrency();
+    return count == 0 ? 1 : static_cast<int>(count);
+  }();
+  return hardware;
 }
 
 // Calls fn(chunk_index, begin, end) for every chunk [k*chunk, min(n, (k+1)*chunk)) of [0, n), spread over up to
@@ -25,7 +30,8 @@ void parallel_chunks(std::size_t n, std::size_t chunk, int threads, Fn&& fn) {
   if (n == 0) return;
   chunk = std::max<std::size_t>(chunk, 1);
   const std::size_t chunks = (n + chunk - 1) / chunk;
-  const std::size_t workers = std::min<std::size_t>(chunks, static_cast<std::size_t>(resolve_threads(threads)));
+  const std::size_t workers =
+      chunks == 1 ? 1 : std::min<std::size_t>(chunks, static_cast<std::size_t>(resolve_threads(threads)));
   if (workers <= 1) {
     for (std::size_t k = 0; k < chunks; ++k) fn(k, k * chunk, std::min(n, (k + 1) * chunk));
     return;
