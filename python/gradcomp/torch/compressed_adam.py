@@ -79,6 +79,7 @@ class CompressedAdam(torch.optim.Optimizer):
         self._bytes = {"exact": [0, 0], "compressed": [0, 0]}  # [input bytes, payload bytes] per kind of step
         self._handles = {}
         self._denoms = {}  # id(p) -> sqrt(v_hat) + eps of the compressed steps (recomputed, never saved)
+        self._keep = {}  # id(p) -> the guard mask as 0/1 of p's dtype, for parameters that have one (recomputed)
         self._groups_by_id = {}
         self._hook_handles, self._grad_accs = [], []
         for p in self._params():  # m and v exist from the start (broadcast_optimizer_state sends them as they are)
@@ -130,7 +131,7 @@ class CompressedAdam(torch.optim.Optimizer):
                 buf = state["exp_avg"].mul_(beta1).add_(g, alpha=1 - beta1)
             else:  # the rank's own part of m_r, (1 - beta1) * g_r; beta1 * m is added on every rank after the average
                 buf = (g.mul_(1 - beta1) if g is grad and g.is_contiguous() else g.mul(1 - beta1))
-            am.zero_masked_(buf, state.get("mask"))
+            am.zero_masked_(buf, self._keep.get(id(p)))
             if self.precondition:
                 buf.div_(self._denoms[id(p)])
             codec, scope, step = self._compressor, self._scope, self._compressed_steps
@@ -221,7 +222,7 @@ class CompressedAdam(torch.optim.Optimizer):
                     avg.mul_(denom)
                 if self.compress == "increment":
                     m.mul_(beta1).add_(avg)
-                am.zero_masked_(m, state.get("mask"))
+                am.zero_masked_(m, self._keep.get(id(p)))
                 am.apply_update(self.rule, p, m, denom, group["lr"], group["weight_decay"], bc1,
                                 trust=state.get("trust"))
         self._compressed_steps += 1
@@ -239,9 +240,11 @@ class CompressedAdam(torch.optim.Optimizer):
                                                                      self.guard)
                 if mask is None:
                     state.pop("mask", None)
+                    self._keep.pop(id(p), None)
                 else:
                     state["mask"] = mask
-                    state["exp_avg"].mul_(mask)
+                    self._keep[id(p)] = mask.to(state["exp_avg"].dtype)
+                    am.zero_masked_(state["exp_avg"], self._keep[id(p)])
 
     def _warmup_ends(self, steps_done):
         """A fixed warm-up still records v's relative change (gradcomp_stats()["variance_change"], with the auto

@@ -73,6 +73,6 @@ def load(opt, state_dict, ctx, load_torch):
     opt._auto().history = [tuple(h) for h in adam["auto_history"]]
     opt._snapshot = [t.clone() for t in adam["snapshot"]]
     opt._bytes = {k: list(v) for k, v in adam["bytes"].items()}
-    opt._denoms = {}
+    opt._denoms, opt._keep = {}, {}
     if opt.switched_at is not None:
         opt._prepare_compressed()
