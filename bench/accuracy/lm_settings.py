@@ -6,7 +6,8 @@ codec's parameters before the spec reaches gradcomp:
   DistributedOptimizer(AdamW, exchange="momentum") = gradcomp.torch.CompressedAdam (docs/adam.md), with
   - `warmup=` exact steps before compressing: a count, a fraction of the run's steps (`0.15`), or `auto`;
   - `variance=refresh|frozen`, `kappa=` (refreshes per interval level), `max_interval=` (cap on the interval);
-  - `exact=none|fp16|bf16`: the codec of the exact steps (warm-up and refreshes);
+  - `exact=none|fp16|bf16|qsgdN`: the codec of the exact steps (warm-up and refreshes; `qsgd8` is
+    `qsgd:bits=8`, error feedback off);
   - `compress=momentum|increment` (1-bit Adam's or 0/1 Adam's feed of the momentum);
   - `precondition=on|off`, `guard=` (relative threshold, `off` for none), `exact_below=` (tensors of fewer values
     always exact; default 0).
@@ -63,7 +64,7 @@ def momentum_options(bench: dict, total_steps: int) -> dict | None:
         variance = gct.VarianceSchedule(variance, kappa=int(bench.get("kappa", 16)),
                                         max_interval=None if cap is None else int(cap))
     guard = bench.get("guard", "1e-2")
-    options = {"warmup": warm, "variance": variance, "exact_compression": bench.get("exact", "none"),
+    options = {"warmup": warm, "variance": variance, "exact_compression": _exact_spec(bench.get("exact", "none")),
                "precondition": bench.get("precondition", "off") == "on",
                "guard": None if guard == "off" else float(guard)}
     if "exact_below" in bench:
@@ -71,3 +72,10 @@ def momentum_options(bench: dict, total_steps: int) -> dict | None:
     if "compress" in bench:
         options["compress"] = bench["compress"]
     return options
+
+
+def _exact_spec(value: str) -> str:
+    """`qsgd8` -> `qsgd:bits=8` (a spec's parameters cannot nest); other names pass through."""
+    if value.startswith("qsgd") and value[4:].isdigit():
+        return f"qsgd:bits={value[4:]}"
+    return value

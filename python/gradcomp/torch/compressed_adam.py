@@ -22,7 +22,7 @@ from .backends import _exchange_view, current as _backend
 from .context import _ctx, _require_init, new_scope
 from .errors import _internal_errors
 
-_EXACT_CODECS = ("none", "fp16", "bf16")
+_EXACT_CODECS = ("none", "fp16", "bf16", "qsgd")  # stateless with error feedback off (qsgd: unbiased)
 
 
 class CompressedAdam(torch.optim.Optimizer):
@@ -36,7 +36,8 @@ class CompressedAdam(torch.optim.Optimizer):
     warmup: exact steps before compressing (an int), "auto" or an AutoWarmup (ends when v's relative change over a
     window is small; reported on stderr and in gradcomp_stats()).
     variance: "refresh" (exact steps at growing intervals, 0/1 Adam), "frozen", or a VarianceSchedule.
-    exact_compression: the codec of the exact steps: "none", "fp16" or "bf16" (without error feedback).
+    exact_compression: the codec of the exact steps: "none", "fp16", "bf16" or "qsgd[:bits=N]" (without error
+    feedback, so it holds no state).
     named_parameters: names for the codec's state (default "param.<group>.<index>", identical on every rank).
     compress: "momentum" (1-bit Adam: the rank's momentum m_r = beta1 * m + (1 - beta1) * g_r) or "increment" (its
     own part (1 - beta1) * g_r alone, beta1 * m being added after the average on every rank, as 0/1 Adam feeds the
@@ -330,7 +331,7 @@ def _exact_codec(spec):
     if name not in _EXACT_CODECS:
         raise InvalidArgument(f"CompressedAdam: exact_compression must be one of {', '.join(_EXACT_CODECS)}, got "
                               f"{spec!r}")
-    return owned_compressor(name if name == "none" else make_spec(name, ef="off"))
+    return owned_compressor(name if name == "none" else make_spec(getattr(spec, "spec", spec), ef="off"))
 
 
 def _warmup_policy(warmup):
