@@ -85,3 +85,37 @@ def read_records(data, what="compressor state"):
         r.take(8 * r.get("Q"))  # scalars
         records.append(TensorRecord(name, numel, steps, sizes, norms))
     return records
+
+
+def without_records(data, drop, what="compressor state"):
+    """`data` (codec state bytes) with the records whose name satisfies `drop(name)` left out; the same bytes when
+    none is (or when `data` is not a C++ codec's state). A damaged state raises CorruptPayload."""
+    if not data:
+        return data
+    r = _Reader(bytes(data), what)
+    if r.get("I") != _MAGIC:
+        return data
+    version = r.get("H")
+    if version != _VERSION:
+        raise CorruptPayload(f"{what}: version {version}, this reader reads {_VERSION}")
+    r.get_string()
+    count_at = r.offset
+    kept, dropped = [], 0
+    for _ in range(r.get("Q")):
+        start = r.offset
+        name = r.get_string()
+        r.get("Q"), r.get("Q")
+        buffers = r.get("Q")
+        if buffers > 16:
+            raise CorruptPayload(f"corrupt {what}: tensor '{name}' claims {buffers} buffers")
+        for _ in range(buffers):
+            r.take(4 * r.get("Q"))
+        r.take(8 * r.get("Q"))
+        if drop(name):
+            dropped += 1
+        else:
+            kept.append(bytes(r.data[start:r.offset]))
+    if not dropped:
+        return data
+    head = bytes(r.data[:count_at]) + struct.pack("<Q", len(kept))
+    return head + b"".join(kept) + bytes(r.data[r.offset:])

@@ -10,16 +10,19 @@ On the first entry of @run every rank takes part in `resume()`:
    own residual); when no identity matches (a job restarted whole) and the size is unchanged, by rank;
 3. each matched rank loads its old rank's compressor state (residuals, momenta) after checking that it fits
    (another codec spec, or a residual whose tensor the model lacks or has another size: InvalidArgument naming the
-   parameter); an unmatched (joining) rank starts from a zero residual;
+   parameter); an unmatched (joining) rank starts from a zero residual. The owner residuals of scatter-reduce-
+   allgather ("<parameter>#sra<i>", kept by rank i for piece i of a world's partition) are kept only by the same rank
+   of a world of the same size: on any other rank or world they belong to no piece and are dropped;
 4. rank 0 reports every old rank's residual that no new rank took (its bytes and norm, as a fraction of the gradient
-   norm at the commit): that part of the compression error is lost.
+   norm at the commit), and every owner residual dropped: that part of the compression error is lost.
 Errors on one rank are raised on every rank (no rank is left waiting in a collective)."""
 import math
+import re
 import sys
 import warnings
 
 from ... import _state
-from ..._codec_state import read_records
+from ..._codec_state import read_records, without_records
 from ..._compressors import InvalidArgument
 from ..._gradcomp import CorruptPayload, Error
 from ..context import _ctx
@@ -73,9 +76,25 @@ def assign(old_identities, new_identities, old_world):
     return result
 
 
+_OWNER_RECORD = re.compile(r"^(.*)#sra(\d+)$")
+
+
+def _owner_piece(record_name):
+    """(parameter, piece) of a scatter-reduce-allgather owner residual's record name, else None."""
+    m = _OWNER_RECORD.match(record_name)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def _owner_record_kept(record_name, committed, rank, size):
+    """Whether rank `rank` of `size` keeps a committed record: a parameter's residual always; an owner residual only
+    when it is this rank's own piece of a partition of the same world size."""
+    piece = _owner_piece(record_name)
+    return piece is None or (committed["world_size"] == size and piece[1] == rank)
+
+
 def _check_codec(name, handler, envelope):
     """InvalidArgument naming the parameter when the committed compressor state cannot go into `handler`'s owner
-    (a DistributedOptimizer or a HookState)."""
+    (a DistributedOptimizer, CompressedAdam or HookState)."""
     committed = _state.fields(envelope, f"committed compressor state of '{name}'")
     records = read_records(committed["state"], f"committed compressor state of '{name}'")
     spec = handler.codec_compressor().spec
@@ -86,6 +105,12 @@ def _check_codec(name, handler, envelope):
                               f"'{spec}'")
     numels = handler.codec_params()
     for rec in records if numels is not None else ():
+        piece = _owner_piece(rec.name)
+        if piece is not None:
+            if piece[0] not in numels:
+                raise InvalidArgument(f"elastic restore of '{name}': the commit holds an owner residual of parameter "
+                                      f"'{piece[0]}', which this model does not have")
+            continue  # a piece of the old world's partition: kept or dropped by load_codecs
         if rec.name not in numels:
             raise InvalidArgument(f"elastic restore of '{name}': the commit holds a residual of parameter "
                                   f"'{rec.name}', which this model does not have")
@@ -112,6 +137,9 @@ def load_codecs(state, payload):
         _check_codec(name, handler, envelope)
         data, _ = _state.open_state(envelope, handler.codec_kind, handler.codec_compressor().spec,
                                     where=f"elastic restore of '{name}'")
+        committed = _state.fields(envelope, f"committed compressor state of '{name}'")
+        data = without_records(data, lambda n: not _owner_record_kept(n, committed, _ctx.rank, _ctx.size),
+                               f"committed compressor state of '{name}'")
         loads.append((handler.codec_compressor(), data))
     for comp, data in loads:
         comp._load_state_bytes(data)
@@ -141,6 +169,7 @@ def dropped_report(seq, payloads, old_world, assignment, new_size):
     for old in range(old_world):
         if old in taken:
             lines.append(f"  old rank {old}: residual kept by rank {taken[old]}")
+            lines += _dropped_owner_lines(old, payloads.get(old), taken[old], new_size)
             continue
         if old not in payloads:
             lines.append(f"  old rank {old}: wrote no file for commit {seq} (killed before it); its residual is lost")
@@ -156,6 +185,22 @@ def dropped_report(seq, payloads, old_world, assignment, new_size):
     for new, old in enumerate(assignment):
         if old is None:
             lines.append(f"  rank {new}: starts from a zero residual (joined)")
+    return lines
+
+
+def _dropped_owner_lines(old, payload, new_rank, new_size):
+    """Lines for the owner residuals of old rank `old` that its new rank `new_rank` of `new_size` does not keep."""
+    lines = []
+    for name, envelope in (payload or {}).get("codecs", {}).items():
+        committed = _state.fields(envelope, f"committed compressor state of '{name}'")
+        owned = [r for r in read_records(committed["state"]) if _owner_piece(r.name) is not None
+                 and not _owner_record_kept(r.name, committed, new_rank, new_size)]
+        if owned:
+            nbytes = sum(r.residual_bytes for r in owned)
+            norm = math.sqrt(sum(r.residual_norm ** 2 for r in owned))
+            lines.append(f"  old rank {old}: owner residual of '{name}' dropped (scatter-reduce-allgather pieces of "
+                         f"{committed['world_size']} rank(s), now rank {new_rank} of {new_size}): {len(owned)} "
+                         f"piece(s), {nbytes} bytes, norm {norm:.6g}")
     return lines
 
 
