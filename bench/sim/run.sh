@@ -4,22 +4,24 @@
 #
 # usage: bench/sim/run.sh [--out DIR] [--parts validate,scale,transformer] [--ranks "8 64 256 1024"]
 #                         [--gbit "100 200 400"] [--modes "flat hier auto"] [--gbps 1000] [--iters N]
+#                         [--transformer-ranks "8 64"]
 #   validate     the emulated clusters of docs/performance-peers.md (2 x 2 and 4 x 1 hosts, 1 Gbit/s uplinks), 16 MiB,
 #                the real CPU codecs, their time measured by SMPI (one core per rank)
 #   scale        nodes of 8 ranks (NVLink-class inside, --gbit per node NIC), --ranks, ResNet-50's 100 MB,
 #                modeled codecs (sim_*: the real codec's payload sizes and algorithms, --gbps GB/s per pass)
-#   transformer  the same for a 1.3B-parameter transformer (1.3e9 f32 values), at 8 and 64 ranks
+#   transformer  the same for a 1.3B-parameter transformer (1.3e9 f32 values), at --transformer-ranks (8 and 64)
 # Each smpirun is one layout x mode; flat, hierarchical and auto (learn_links, then the cost model's choice per row).
 # Long: run under nice on a shared machine (docs/scaling.md has the times).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 out=$ROOT/results-sim; parts=validate,scale; ranks="8 64 256 1024"; gbits="100 200 400"; modes="flat hier auto"
-gbps=1000; iters=""; build=$ROOT/build-sim
+gbps=1000; iters=""; build=$ROOT/build-sim; transformer_ranks="8 64"
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out=$2; shift ;;
     --parts) parts=$2; shift ;;
     --ranks) ranks=$2; shift ;;
+    --transformer-ranks) transformer_ranks=$2; shift ;;
     --gbit) gbits=$2; shift ;;
     --modes) modes=$2; shift ;;
     --gbps) gbps=$2; shift ;;
@@ -111,7 +113,7 @@ sweep() {
 }
 
 [[ ,$parts, == *,scale,* ]] && sweep scale 102400000 5000 "$ranks"
-[[ ,$parts, == *,transformer,* ]] && sweep transformer 5200000000 40000 "8 64"
+[[ ,$parts, == *,transformer,* ]] && sweep transformer 5200000000 40000 "$transformer_ranks"
 
 /usr/bin/python3 "$ROOT/bench/sim/report.py" "$results" --out "$out"
 echo "[sim] results: $results, tables: $out/tables.md"

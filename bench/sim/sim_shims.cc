@@ -11,6 +11,9 @@
 //     at once (the request is MPI_REQUEST_NULL). SMPI implements the non-blocking collectives naively (every rank
 //     sends its whole buffer to every other: an Iallreduce of 100 MB on 1,024 ranks moves 100 GB per rank), while its
 //     blocking collectives follow Open MPI's or MPICH's algorithm selection (--cfg=smpi/coll-selector:ompi).
+//   - MPI_Iallreduce of a large commutative sum in folded buffers on a power-of-two communicator: Open MPI's choice
+//     there (Rabenseifner) as point-to-point messages in the folded buffer (folded_rabenseifner below), since SMPI's
+//     own implementation fills a private temporary of the whole array on every rank.
 //   - MPI_Reduce_local into a folded buffer: skipped (garbage sums); so is the host division pass of the algorithms
 //     (gradcomp::sim::folded(), called by comm/algorithms/memory_space.cc under GRADCOMP_SIMGRID).
 //   - MPI_Test: of MPI_REQUEST_NULL reports completion, as the MPI standard says. SMPI 3.32 leaves `flag` untouched
@@ -94,6 +97,69 @@ std::size_t extent_of(const int* counts, const int* displs, int n, MPI_Datatype 
   return type_bytes(type, end);
 }
 
+// Open MPI's choice for a commutative allreduce of at least 256 KiB (SMPI's ompi selector: rab_rdb), on folded
+// buffers: a reduce-scatter by recursive halving (partner rank ^ 1 first, half the array) and an allgather by
+// recursive doubling, as point-to-point messages from and into the folded receive buffer, with no reduction (the sums
+// are garbage by design). SMPI's own rab_rdb moves the same messages but receives into a private temporary of the
+// whole array (its new[], which this file does not see), so every rank of a flat multi-node row touched gigabytes of
+// real memory (docs/measurements/2026-12-05-sim-memory). Power-of-two sizes only; false: not taken, as with
+// GRADCOMP_SIM_SMPI_ALLREDUCE=1 (SMPI's own, to compare).
+constexpr std::size_t kMaxMessage = std::size_t{256} << 20;
+
+bool folded_rabenseifner(const void* send, void* recv, int count, MPI_Datatype type, MPI_Comm comm) {
+  int p = 1, rank = 0;
+  MPI_Comm_size(comm, &p);
+  MPI_Comm_rank(comm, &rank);
+  const std::size_t bytes = type_bytes(type, static_cast<std::size_t>(count));
+  static const bool smpi_own = std::getenv("GRADCOMP_SIM_SMPI_ALLREDUCE") != nullptr;
+  if (smpi_own || p < 2 || (p & (p - 1)) != 0 || count < p || bytes < shared_threshold() || !in_folded(recv) ||
+      (send != MPI_IN_PLACE && !in_folded(send))) {
+    return false;
+  }
+  int elem = 0;
+  MPI_Type_size(type, &elem);
+  auto* base = static_cast<char*>(recv);
+  const std::size_t per = static_cast<std::size_t>(count) / p, extra = static_cast<std::size_t>(count) % p;
+  auto offset = [&](int block) { return block * per + std::min<std::size_t>(block, extra); };  // in elements
+  // One exchange in messages of at most kMaxMessage bytes (a few more latencies on arrays of gigabytes).
+  auto exchange = [&](int partner, int send_lo, int send_hi, int recv_lo, int recv_hi) {
+    const std::size_t piece = kMaxMessage / static_cast<std::size_t>(elem);
+    std::size_t s0 = offset(send_lo), s1 = offset(send_hi), r0 = offset(recv_lo), r1 = offset(recv_hi);
+    while (s0 < s1 || r0 < r1) {
+      const std::size_t sn = std::min(piece, s1 - s0), rn = std::min(piece, r1 - r0);
+      PMPI_Sendrecv(base + s0 * elem, static_cast<int>(sn), type, partner, 77, base + r0 * elem, static_cast<int>(rn),
+                    type, partner, 77, comm, MPI_STATUS_IGNORE);
+      s0 += sn;
+      r0 += rn;
+    }
+  };
+  int lo = 0, hi = p;  // the blocks this rank still reduces
+  std::vector<std::pair<int, int>> windows;
+  for (int mask = 1; mask < p; mask <<= 1) {
+    const int partner = rank ^ mask, mid = lo + (hi - lo) / 2;
+    windows.emplace_back(lo, hi);
+    if (rank < partner) {
+      exchange(partner, mid, hi, lo, mid);
+      hi = mid;
+    } else {
+      exchange(partner, lo, mid, mid, hi);
+      lo = mid;
+    }
+  }
+  for (int mask = p >> 1; mask >= 1; mask >>= 1) {
+    const int partner = rank ^ mask;
+    const auto [wlo, whi] = windows.back();
+    windows.pop_back();
+    const int mid = wlo + (whi - wlo) / 2;
+    if (rank < partner) {
+      exchange(partner, wlo, mid, mid, whi);
+    } else {
+      exchange(partner, mid, whi, wlo, mid);
+    }
+  }
+  return true;
+}
+
 int comm_size(MPI_Comm comm) {
   int n = 1;
   MPI_Comm_size(comm, &n);
@@ -116,6 +182,9 @@ int MPI_Test(MPI_Request* request, int* flag, MPI_Status* status) {
 int MPI_Iallreduce(const void* send, void* recv, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm,
                    MPI_Request* request) {
   *request = MPI_REQUEST_NULL;
+  int commutative = 0;
+  MPI_Op_commutative(op, &commutative);
+  if (commutative && folded_rabenseifner(send, recv, count, type, comm)) return MPI_SUCCESS;
   Bounce b(send, type_bytes(type, count), recv, type_bytes(type, count));
   return PMPI_Allreduce(b.send(send), b.recv(recv), count, type, op, comm);
 }
