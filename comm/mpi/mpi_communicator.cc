@@ -11,7 +11,6 @@
 #include <chrono>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -23,6 +22,7 @@
 #include "comm/mpi/mpi_buffers.h"
 #include "comm/mpi/mpi_cuda_aware.h"
 #include "comm/mpi/mpi_family.h"
+#include "comm/mpi/mpi_gather_rounds.h"
 #include "comm/mpi/mpi_ring.h"
 #include "comm/owned_buffer_allreduce.h"
 #include "gradcomp/communicator.h"
@@ -125,18 +125,27 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
                   std::span<std::byte> recv, Memory memory) override {
     require_memory(memory, "allgatherv");
     OpBuffers& b = *ops_;
-    mpi::to_counts(recv_counts, recv.size(), b.counts, b.displs, "allgatherv", rank_, size_);
-    GRADCOMP_CHECK(recv_counts[rank_] == send.size(),
-                   "mpi communicator: allgatherv on rank {} sends {} bytes but recv_counts[{}] = {}", rank_,
-                   send.size(), rank_, recv_counts[rank_]);
+    const bool rounds = memory.is_host() && recv.size() > mpi::max_message_bytes();  // host: beyond MPI's ints
+    mpi::to_counts(recv_counts, recv.size(), b.counts, b.displs, "allgatherv", rank_, size_, !rounds);
+    GRADCOMP_CHECK(recv_counts[rank_] == send.size(), "mpi communicator: allgatherv on rank {} sends {} bytes but "
+                   "recv_counts[{}] = {}", rank_, send.size(), rank_, recv_counts[rank_]);
     enter("allgatherv");
+    if (rounds) {
+      return mpi::allgatherv_in_rounds(send, recv_counts, recv, rank_, mpi::max_message_bytes(), b.recv,
+                                       [this](auto... args) { gatherv(args...); });
+    }
     const mpi::Staged staged = mpi::stage_in(b, send, recv.size(), memory);
-    MPI_Request request;
-    check(MPI_Iallgatherv(nonnull(staged.send), b.counts[rank_], MPI_BYTE, nonnull(staged.recv), b.counts.data(),
-                          b.displs.data(), MPI_BYTE, comm_, &request),
-          "MPI_Iallgatherv", send.size());
-    wait(request, "allgatherv", recv.size());
+    gatherv(staged.send, b.counts[rank_], b.counts, b.displs, staged.recv);
     mpi::copy_out(b, recv, staged.recv, memory);
+  }
+
+  // One MPI_Iallgatherv (byte counts and displacements), waited for.
+  void gatherv(const std::byte* mine, int n, const std::vector<int>& counts, const std::vector<int>& displs,
+               std::byte* into) {
+    MPI_Request request;
+    check(MPI_Iallgatherv(nonnull(const_cast<std::byte*>(mine)), n, MPI_BYTE, nonnull(into), counts.data(),
+                          displs.data(), MPI_BYTE, comm_, &request), "MPI_Iallgatherv", static_cast<std::size_t>(n));
+    wait(request, "allgatherv", static_cast<std::size_t>(n));
   }
 
   void alltoallv(std::span<const std::byte> send, std::span<const std::size_t> send_counts,
@@ -341,10 +350,7 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
 
   // Between two polls of operation `op` (started at `start`; `spins` polls without progress so far): throws
   // CommError when another rank failed, Timeout when the deadline passed (both after abandoning `in_flight`);
-  // otherwise spins briefly for latency, yields, then naps: 20 us naps for the first ~40 ms, 200 us naps after that.
-  // Ranks that share cores (oversubscribed runs) need the CPU for their own reductions and compression; a 200 us nap
-  // still polls the TCP progress engine often enough to keep a 1 Gbit/s link's socket buffers (25 KB per nap) moving
-  // (docs/comm.md).
+  // otherwise backs off (mpi::back_off).
   void pace(unsigned spins, std::chrono::steady_clock::time_point start, std::string_view op, std::size_t bytes,
             const mpi::RingHooks::InFlight& in_flight) {
     if (family_->poll()) {
@@ -361,13 +367,7 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
       family_->fail(what);
       throw Timeout(fmt::format("mpi communicator: {}", what));
     }
-    if (spins > 192) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    } else if (spins > 128) {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    } else if (spins > 64) {
-      std::this_thread::yield();
-    }
+    mpi::back_off(spins);
   }
 
   MPI_Comm comm_;

@@ -5,12 +5,14 @@
 #endif
 
 #include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
 #include <numeric>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -121,12 +123,13 @@ void* nonnull(void* data) {
 }
 
 void to_counts(std::span<const std::size_t> counts, std::size_t total, std::vector<int>& out, std::vector<int>& displs,
-               std::string_view what, int rank, int size) {
+               std::string_view what, int rank, int size, bool as_ints) {
   GRADCOMP_CHECK(counts.size() == static_cast<std::size_t>(size),
                  "mpi communicator: {} on rank {} needs {} counts, got {}", what, rank, size, counts.size());
   const std::size_t sum = std::accumulate(counts.begin(), counts.end(), std::size_t{0});
   GRADCOMP_CHECK(sum == total, "mpi communicator: {} on rank {}: counts add up to {} bytes, buffer has {}", what,
                  rank, sum, total);
+  if (!as_ints) return;  // the caller goes in rounds (comm/mpi/mpi_gather_rounds.h)
   to_int(sum, fmt::format("{} total bytes", what), rank);
   out.resize(counts.size());
   displs.resize(counts.size());
@@ -135,6 +138,16 @@ void to_counts(std::span<const std::size_t> counts, std::size_t total, std::vect
     out[r] = static_cast<int>(counts[r]);
     displs[r] = static_cast<int>(offset);
     offset += counts[r];
+  }
+}
+
+void back_off(unsigned spins) {
+  if (spins > 192) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  } else if (spins > 128) {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  } else if (spins > 64) {
+    std::this_thread::yield();
   }
 }
 

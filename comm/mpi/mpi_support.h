@@ -50,16 +50,23 @@ MPI_Op half_sum_op(DType dtype);
 int to_int(std::size_t value, std::string_view what, int rank);
 
 // Byte counts, one per rank, as MPI counts `out` and displacements `displs` (packed in rank order). Throws
-// InvalidArgument naming `what` and `rank` unless there are `size` of them adding up to `total` (within INT_MAX).
+// InvalidArgument naming `what` and `rank` unless there are `size` of them adding up to `total` (within INT_MAX, and
+// filling `out` and `displs`, when `as_ints`).
 void to_counts(std::span<const std::size_t> counts, std::size_t total, std::vector<int>& out, std::vector<int>& displs,
-               std::string_view what, int rank, int size);
+               std::string_view what, int rank, int size, bool as_ints = true);
 
 // GRADCOMP_MPI_RING_MIN_BYTES: arrays of at least this many bytes take the pipelined ring (default 1 MiB); "off":
 // none do (SIZE_MAX). Throws InvalidArgument for another value.
 std::size_t ring_min_bytes_from_env();
 
+// Backs off between two polls of an MPI request after `spins` polls without progress: spins briefly for latency,
+// yields, then naps (20 us for the first ~40 ms, 200 us after). Ranks that share cores (oversubscribed runs) need the
+// CPU for their own reductions and compression; a 200 us nap still polls the TCP progress engine often enough to keep
+// a 1 Gbit/s link's socket buffers (25 KB per nap) moving (docs/comm.md).
+void back_off(unsigned spins);
+
 // GRADCOMP_MPI_MAX_MESSAGE_BYTES: the largest piece one MPI call moves where a buffer may pass MPI's int counts (the
-// broadcast); default 1 GiB, 1 to INT_MAX. Throws InvalidArgument for another value.
+// broadcast, an allgatherv's rounds on the host); default 1 GiB, 1 to INT_MAX. Throws InvalidArgument for another value.
 std::size_t max_message_bytes();
 
 // A non-null address for zero-length buffers (MPI implementations may reject null with a non-zero type size).
