@@ -250,3 +250,22 @@ class FakeBucket:
 
     def index(self):
         return 0
+
+
+def elastic_train(model, opt, state, steps, rank):
+    """`steps` steps of `opt` on this rank's batches, counting them in the elastic `state.step`."""
+    for _ in range(steps):
+        opt.zero_grad()
+        loss_of(model, make_batch(state.step, rank)).backward()
+        opt.step()
+        state.step += 1
+
+
+def model_values(model):
+    """Copies of every entry of the model's state_dict, in order."""
+    return [p.detach().clone() for p in model.state_dict().values()]
+
+
+def same_values(a, b):
+    """Whether two model_values() lists are equal bit for bit."""
+    return all(torch.equal(x, y) for x, y in zip(a, b))

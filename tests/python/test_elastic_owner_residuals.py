@@ -32,19 +32,7 @@ def _make(kind):
 
 
 def _train(model, opt, state, steps):
-    for _ in range(steps):
-        opt.zero_grad()
-        helpers.loss_of(model, helpers.make_batch(state.step, hvd.rank())).backward()
-        opt.step()
-        state.step += 1
-
-
-def _params(model):
-    return [p.detach().clone() for p in model.state_dict().values()]
-
-
-def _same(a, b):
-    return all(torch.equal(x, y) for x, y in zip(a, b))
+    helpers.elastic_train(model, opt, state, steps, hvd.rank())
 
 
 def _names(codec_bytes):
@@ -100,7 +88,7 @@ def _commit_worker(rank, url, kind, directory, out):
     assert opt2._step_count_gc == opt._step_count_gc
     _train(model, opt, state, 2)
     _train(model2, opt2, state2, 2)
-    assert _same(_params(model), _params(model2))
+    assert helpers.same_values(helpers.model_values(model), helpers.model_values(model2))
     assert opt2._compressor._state_bytes() == opt._compressor._state_bytes()
 
     # Resumed with the nodes swapped: rank r takes old rank 1 - r's worker residuals; the old owner pieces are not
@@ -112,8 +100,8 @@ def _commit_worker(rank, url, kind, directory, out):
     if rank == 0:
         assert "old rank 1: owner residual of 'optimizer' dropped" in report, report
     _train(model3, opt3, state3, 2)
-    gathered = hvd.allgather_object(_params(model3))
-    assert _same(gathered[0], gathered[1]) and all(torch.isfinite(p).all() for p in gathered[0])
+    gathered = hvd.allgather_object(helpers.model_values(model3))
+    assert helpers.same_values(gathered[0], gathered[1]) and all(torch.isfinite(p).all() for p in gathered[0])
     hvd.shutdown()
 
 

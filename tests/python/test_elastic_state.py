@@ -92,19 +92,7 @@ def _make(spec="topk:ratio=0.1", width=64):
 
 
 def _train(model, opt, state, steps):
-    for _ in range(steps):
-        opt.zero_grad()
-        helpers.loss_of(model, helpers.make_batch(state.step, hvd.rank())).backward()
-        opt.step()
-        state.step += 1
-
-
-def _params(model):
-    return [p.detach().clone() for p in model.state_dict().values()]
-
-
-def _same(a, b):
-    return all(torch.equal(x, y) for x, y in zip(a, b))
+    helpers.elastic_train(model, opt, state, steps, hvd.rank())
 
 
 def _memory_worker(rank, url):
@@ -122,10 +110,10 @@ def _memory_worker(rank, url):
         _train(model, opt, state, 2)
         state.commit()
         if len(entries) == 1:
-            committed = (_params(model), opt._compressor._state_bytes(), opt._step_count_gc)
+            committed = (helpers.model_values(model), opt._compressor._state_bytes(), opt._step_count_gc)
             _train(model, opt, state, 1)
             state.note = "changed"
-            assert not _same(committed[0], _params(model))
+            assert not helpers.same_values(committed[0], helpers.model_values(model))
             train.committed = committed
             raise hvd.HorovodInternalError("injected: a peer died")
         return state.step
@@ -137,11 +125,11 @@ def _memory_worker(rank, url):
 
     # restore() returns to the last commit: parameters, residuals, step counter, plain values.
     state.commit()
-    at_commit = (_params(model), opt._compressor._state_bytes(), opt._step_count_gc)
+    at_commit = (helpers.model_values(model), opt._compressor._state_bytes(), opt._step_count_gc)
     _train(model, opt, state, 1)
     state.note = "again"
     state.restore()
-    assert _same(at_commit[0], _params(model)) and opt._compressor._state_bytes() == at_commit[1]
+    assert helpers.same_values(at_commit[0], helpers.model_values(model)) and opt._compressor._state_bytes() == at_commit[1]
     assert opt._step_count_gc == at_commit[2] and state.step == 4 and state.note == "x"
     assert len(codec) > 0 and gc_step == 2
 
@@ -154,8 +142,8 @@ def _memory_worker(rank, url):
         state.step = 99
         opt._step_count_gc = 77
     state.sync()
-    gathered = hvd.allgather_object((_params(model), state.step, opt._step_count_gc))
-    assert _same(gathered[0][0], gathered[1][0]) and gathered[0][1:] == gathered[1][1:] == (4, 4)
+    gathered = hvd.allgather_object((helpers.model_values(model), state.step, opt._step_count_gc))
+    assert helpers.same_values(gathered[0][0], gathered[1][0]) and gathered[0][1:] == gathered[1][1:] == (4, 4)
     assert opt._compressor._state_bytes() == own_residual
 
     # A host update seen by one rank interrupts the commit on every rank; run re-enters without restoring.
@@ -205,14 +193,14 @@ def _disk_worker(rank, url, directory):
             _train(model, opt, s, 1)
             s.commit()
             if s.step == 2:
-                train.at2 = (_params(model), opt._compressor._state_bytes())
+                train.at2 = (helpers.model_values(model), opt._compressor._state_bytes())
 
     train(state)
-    saved = (_params(model), opt._compressor._state_bytes(), opt._step_count_gc)
+    saved = (helpers.model_values(model), opt._compressor._state_bytes(), opt._step_count_gc)
 
     # A fresh process's view: the newest commit, this rank's own residual, the step counter, the values.
     model2, opt2, state2 = _resume(directory)
-    assert _same(saved[0], _params(model2)) and opt2._compressor._state_bytes() == saved[1]
+    assert helpers.same_values(saved[0], helpers.model_values(model2)) and opt2._compressor._state_bytes() == saved[1]
     assert opt2._step_count_gc == 3 and state2.step == 3
     assert state2._disk.seq == 3  # the next commit continues the numbering
 
@@ -227,7 +215,7 @@ def _disk_worker(rank, url, directory):
     model3, opt3, state3 = _resume(directory)
     (skipped,) = state3._disk.resumed["skipped"]
     assert "CorruptPayload" in skipped and "commit-000000002/rank-1.gcstate" in skipped, skipped
-    assert state3._disk.resumed["seq"] == 1 and state3.step == 2 and _same(train.at2[0], _params(model3))
+    assert state3._disk.resumed["seq"] == 1 and state3.step == 2 and helpers.same_values(train.at2[0], helpers.model_values(model3))
     assert opt3._compressor._state_bytes() == train.at2[1]
 
     # Another codec, another model: InvalidArgument naming the parameter, on every rank.
@@ -270,7 +258,7 @@ def _hook_worker(rank, url, directory):
             s.commit()
 
     train(state)
-    saved = (_params(model), hook_state.compressor._state_bytes(), hook_state.step)
+    saved = (helpers.model_values(model), hook_state.compressor._state_bytes(), hook_state.step)
     assert len(saved[1]) > 100 and saved[2] == 3
     # restore(): the hook's residuals and step go back to the commit with the model.
     opt.zero_grad()
@@ -286,7 +274,7 @@ def _hook_worker(rank, url, directory):
         return s.step
 
     assert enter(state2) == 3
-    assert _same(saved[0], _params(model2)) and hook2.compressor._state_bytes() == saved[1] and hook2.step == 3
+    assert helpers.same_values(saved[0], helpers.model_values(model2)) and hook2.compressor._state_bytes() == saved[1] and hook2.step == 3
     hvd.shutdown()
 
 
