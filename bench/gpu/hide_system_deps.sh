@@ -73,4 +73,7 @@ echo "[hidden] ${#hidden[@]} system paths out of reach (fmt, GoogleTest/GoogleMo
      "Open MPI, PMIx, NCCL); NCCL shown as a wheel at $stash/site/nvidia/nccl"
 export GRADCOMP_HIDDEN_PATHS="${hidden[*]}"
 export PYTHONPATH="$stash/site${PYTHONPATH:+:$PYTHONPATH}"
+# The loader finds NCCL where the wheel keeps it, as torch does on the device image (the hidden system copies are
+# empty files, which a torch built for CUDA 13 would otherwise load from the CUDA directory and fail on).
+[ -n "$nccl_lib" ] && export LD_LIBRARY_PATH="$stash/site/nvidia/nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 exec "$@"
