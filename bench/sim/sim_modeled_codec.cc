@@ -62,6 +62,10 @@ class ModeledCodec final : public Compressor {
     if (!traits().summable) return real_->max_payload_bytes(numel);
     return payload::total_bytes(summable_header(numel));
   }
+  std::size_t expected_payload_bytes(std::size_t numel, std::size_t rows) const override {
+    if (!traits().summable) return real_->expected_payload_bytes(numel, rows);
+    return max_payload_bytes(numel);
+  }
 
   // Charges one pass and writes only the 64-byte header of a payload the size of the real codec's (its bound:
   // exact for these codecs after DGC's warm-up); the body is whatever the (folded) buffer holds.

@@ -169,7 +169,8 @@ AllreduceStats run_call(Communicator& comm, Compressor& compressor, const Tensor
                    "(learn_links) on rank {}", name, comm.rank());
     const NodeGroups& nodes = *options.nodes;
     const AllreduceAlgorithm algorithm = resolve_algorithm(compressor.traits(), options.algorithm);
-    const CostedCall call{payload_exchange(algorithm), tensor.numel(), compressor.max_payload_bytes(tensor.numel()),
+    const CostedCall call{payload_exchange(algorithm), tensor.numel(),
+                          compressor.expected_payload_bytes(tensor.numel(), tensor.rows()),
                           options.sparse_switch_density};
     const HierarchyChoice choice =
         choose_hierarchy(nodes.links, {comm.size(), nodes.node_count, nodes.per_node}, call);

@@ -2,6 +2,7 @@
 // compressed_allreduce drives, and the one-rank payload of compress()/decompress().
 #include "compressors/codecs/powersgd.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -116,6 +117,15 @@ class PowerSgdCompressor final : public Compressor {
     // Blocks hold >= 4 elements; a block's factors are < 2x its elements (rank < min(rows, cols)); the rest is dense.
     return payload::kHeaderBytes + 3 * payload::kSectionAlign + kBlockRecordBytes * (numel / 4) +
            2 * numel * sizeof(float);
+  }
+
+  // One matrix's factors (rank x (rows + cols) floats) when its shape compresses, else the tensor travels dense.
+  std::size_t expected_payload_bytes(std::size_t numel, std::size_t rows) const override {
+    const std::size_t cols = rows == 0 ? 0 : numel / rows;
+    const bool matrix = rows > 1 && cols > 1 && rows * cols == numel && options_.rank < std::min(rows, cols);
+    const std::size_t rank = matrix ? powersgd::block_rank(options_, "", rows, cols, 0) : 0;
+    const std::size_t floats = rank > 0 ? rank * (rows + cols) : numel;
+    return payload::kHeaderBytes + 3 * payload::kSectionAlign + kBlockRecordBytes + floats * sizeof(float);
   }
 
   std::unique_ptr<RoundReduction> begin_rounds(const TensorView& tensor, const CompressContext& ctx) override {

@@ -144,6 +144,12 @@ class Compressor {
   // compress() buffers with this. The default is max_payload_bytes(numel).
   virtual std::size_t payload_bound(std::size_t numel, std::span<const TensorSegment> segments) const;
 
+  // The bytes one call over a tensor of `numel` elements in `rows` rows (TensorView::rows(); 0: a vector) is expected
+  // to send, for cost models such as the hierarchical auto mode's (gradcomp/hierarchy_model.h). The default is
+  // max_payload_bytes(numel), which is the payload for codecs whose size depends on the element count only; a codec
+  // whose payload depends on the shape (PowerSGD's factors) gives its size for that shape.
+  virtual std::size_t expected_payload_bytes(std::size_t numel, std::size_t rows) const;
+
   // Compresses `grad` into `out` (at least payload_bound(grad.numel(), ctx.segments) bytes, in grad's memory: host
   // memory for a CPU tensor, memory of grad's device for a CUDA tensor, as the caller labelled them; not probed),
   // applying and updating the error-feedback state of `ctx.name` (or of each segment's name). Returns the payload

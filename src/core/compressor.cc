@@ -39,6 +39,10 @@ std::size_t Compressor::payload_bound(std::size_t numel, std::span<const TensorS
   return max_payload_bytes(numel);
 }
 
+std::size_t Compressor::expected_payload_bytes(std::size_t numel, std::size_t) const {
+  return max_payload_bytes(numel);
+}
+
 std::vector<std::byte> compress_to_vector(Compressor& compressor, const TensorView& grad, const CompressContext& ctx) {
   GRADCOMP_CHECK(grad.device().is_cpu(), "compress_to_vector needs a CPU tensor, got {}", grad.describe());
   std::vector<std::byte> out(compressor.payload_bound(grad.numel(), ctx.segments));

@@ -26,6 +26,9 @@ class LockedCompressor final : public Compressor, public GatherCodec {
   std::size_t payload_bound(std::size_t numel, std::span<const TensorSegment> segments) const override {
     return inner_.payload_bound(numel, segments);
   }
+  std::size_t expected_payload_bytes(std::size_t numel, std::size_t rows) const override {
+    return inner_.expected_payload_bytes(numel, rows);
+  }
   std::size_t compress(const TensorView& grad, std::span<std::byte> out, const CompressContext& ctx) override {
     std::lock_guard lock(mutex_);
     return inner_.compress(grad, out, ctx);

@@ -78,18 +78,21 @@ struct SimulatedRow {
   double hier_ms;    // simulated, hierarchical
 };
 
-// The choice for `numel` f32 elements of `spec`, as compressed_allreduce's auto mode makes it.
+// The choice for `numel` f32 elements in `rows` rows (0: a vector) of `spec`, as compressed_allreduce's auto mode
+// makes it.
 HierarchyChoice choice_for(const LinkModel& links, const HierarchyShape& shape, const std::string& spec,
-                           std::size_t numel) {
+                           std::size_t numel, std::size_t rows) {
   auto codec = make_compressor(spec);
   const AllreduceAlgorithm algorithm = resolve_algorithm(codec->traits(), AllreduceAlgorithm::kAuto);
-  return choose_hierarchy(links, shape, {payload_exchange(algorithm), numel, codec->max_payload_bytes(numel), 1.0});
+  return choose_hierarchy(links, shape,
+                          {payload_exchange(algorithm), numel, codec->expected_payload_bytes(numel, rows), 1.0});
 }
 
-void expect_faster_mode(const LinkModel& links, const HierarchyShape& shape, std::size_t numel,
-                        const std::vector<SimulatedRow>& rows) {
-  for (const SimulatedRow& row : rows) {
-    const HierarchyChoice choice = choice_for(links, shape, row.spec, numel);
+// `rows`: the matrix bench/sim/run.sh gives PowerSGD (--rows).
+void expect_faster_mode(const LinkModel& links, const HierarchyShape& shape, std::size_t numel, std::size_t rows,
+                        const std::vector<SimulatedRow>& rows_simulated) {
+  for (const SimulatedRow& row : rows_simulated) {
+    const HierarchyChoice choice = choice_for(links, shape, row.spec, numel, rows);
     EXPECT_EQ(choice.hierarchical, row.hier_ms < row.flat_ms)
         << row.spec << " on " << shape.world << " ranks: predicted flat " << choice.flat_s * 1e3 << " ms, hierarchical "
         << choice.hierarchical_s * 1e3 << " ms; simulated " << row.flat_ms << " and " << row.hier_ms << " ms";
@@ -98,7 +101,7 @@ void expect_faster_mode(const LinkModel& links, const HierarchyShape& shape, std
 
 // docs/scaling.md's validation rows: 16 MiB, the real CPU codecs, 2 hosts x 2 ranks at 1 Gbit/s. Flat everywhere.
 TEST(HierarchyChoiceSimulated, TwoByTwoAtOneGbitStaysFlat) {
-  expect_faster_mode(sim_2x2_1gbit(), {4, 2, 2}, std::size_t{4} << 20,
+  expect_faster_mode(sim_2x2_1gbit(), {4, 2, 2}, std::size_t{4} << 20, 0,
                      {{"none", 170.6, 194.4},
                       {"fp16", 138.6, 162.1},
                       {"qsgd:bits=4", 165.8, 199.0},
@@ -110,7 +113,7 @@ TEST(HierarchyChoiceSimulated, TwoByTwoAtOneGbitStaysFlat) {
 // NIC once), qsgd's alltoallv and the sparse allgathers go hierarchical (their flat messages to other nodes all
 // leave through the node's one NIC), and so do PowerSGD's rounds of 64-way alltoallvs of a few KiB.
 TEST(HierarchyChoiceSimulated, SixtyFourRanksAtOneHundredGbit) {
-  expect_faster_mode(sim_8x8_100gbit(), {64, 8, 8}, 25'600'000,
+  expect_faster_mode(sim_8x8_100gbit(), {64, 8, 8}, 25'600'000, 5000,
                      {{"none", 17.29, 18.66},
                       {"fp16", 9.04, 10.66},
                       {"qsgd:bits=4", 18.39, 4.18},
@@ -121,7 +124,7 @@ TEST(HierarchyChoiceSimulated, SixtyFourRanksAtOneHundredGbit) {
 
 // The same at 200 and 400 Gbit/s; there PowerSGD's two rounds of small ordered sums cost about the same either way.
 TEST(HierarchyChoiceSimulated, SixtyFourRanksAtTwoHundredGbit) {
-  expect_faster_mode(sim_8x8_200gbit(), {64, 8, 8}, 25'600'000,
+  expect_faster_mode(sim_8x8_200gbit(), {64, 8, 8}, 25'600'000, 5000,
                      {{"none", 9.29, 10.63},
                       {"fp16", 5.04, 6.65},
                       {"qsgd:bits=4", 13.75, 3.16},
@@ -131,13 +134,28 @@ TEST(HierarchyChoiceSimulated, SixtyFourRanksAtTwoHundredGbit) {
 }
 
 TEST(HierarchyChoiceSimulated, SixtyFourRanksAtFourHundredGbit) {
-  expect_faster_mode(sim_8x8_400gbit(), {64, 8, 8}, 25'600'000,
+  expect_faster_mode(sim_8x8_400gbit(), {64, 8, 8}, 25'600'000, 5000,
                      {{"none", 5.29, 6.65},
                       {"fp16", 3.04, 4.65},
                       {"qsgd:bits=4", 11.43, 2.66},
                       {"topk:ratio=0.01", 7.72, 2.18},
                       {"dgc:ratio=0.001", 4.98, 1.87},
                       {"powersgd:rank=4", 1.95, 1.94}});
+}
+
+// The 1.3B-parameter transformer (1.3e9 f32, PowerSGD's matrix 40,000 x 32,500) on the same platform and links
+// (learn_links learned the same costs in the transformer's auto run, bench/sim/run.sh --parts transformer,
+// 2026-12-06): the dense rings stay flat, qsgd, top-k and DGC go hierarchical, and PowerSGD's factors (1.2 MB) stay
+// flat, where the node allreduce and broadcast of 5.2 GB would cost more than its whole flat exchange. Priced at
+// PowerSGD's bound (twice the tensor) instead of its factors, the choice was hierarchical (67.4 ms against 20.1).
+TEST(HierarchyChoiceSimulated, TransformerOnSixtyFourRanksAtOneHundredGbit) {
+  expect_faster_mode(sim_8x8_100gbit(), {64, 8, 8}, 1'300'000'000, 40'000,
+                     {{"none", 849.81, 874.33},
+                      {"fp16", 430.30, 468.38},
+                      {"qsgd:bits=4", 495.37, 170.94},
+                      {"topk:ratio=0.01", 634.46, 123.29},
+                      {"dgc:ratio=0.001", 87.46, 65.29},
+                      {"powersgd:rank=4", 20.13, 67.43}});
 }
 
 }  // namespace

@@ -109,6 +109,24 @@ TEST(PowerSgd, VectorsAndMatricesThatWouldNotShrinkTravelExactly) {
   EXPECT_TRUE(residual_of(*codec, "small").empty());
 }
 
+// What cost models price a call at (the hierarchical auto mode): a compressed matrix's payload, within its section
+// padding; a vector or a matrix that would not shrink travels dense. Never the bound (twice the tensor).
+TEST(PowerSgd, ExpectedPayloadIsWhatCompressWritesForTheShape) {
+  auto codec = make_compressor("powersgd:rank=4");
+  auto grad = random_matrix(64 * 48, 6);
+  const TensorView view = TensorView::of(std::span<float>(grad)).with_rows(64);
+  std::vector<std::byte> payload(codec->max_payload_bytes(grad.size()));
+  const std::size_t written = codec->compress(view, payload, context("w", 0));
+  const std::size_t expected = codec->expected_payload_bytes(grad.size(), 64);
+  EXPECT_GE(expected + 3 * 64, written);
+  EXPECT_LE(expected, written + 3 * 64);
+  EXPECT_LT(expected, 4 * grad.size());
+  EXPECT_GE(codec->expected_payload_bytes(100, 0), 4 * 100u);      // a vector
+  EXPECT_GE(codec->expected_payload_bytes(10 * 12, 10), 4 * 120u);  // 4 * 22 * 2 > 120: dense
+  EXPECT_GE(codec->expected_payload_bytes(4 * 100, 4), 4 * 400u);   // rank 4 is not below 4 rows: compress() refuses
+  EXPECT_LT(codec->expected_payload_bytes(40'000ull * 32'500, 40'000), std::size_t{2} << 20);  // 1.16 MB of factors
+}
+
 TEST(PowerSgd, StartStepSendsDenseBeforeIt) {
   auto codec = make_compressor("powersgd:rank=1,start_step=2");
   auto grad = random_matrix(32 * 32, 6);
