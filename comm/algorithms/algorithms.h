@@ -18,6 +18,13 @@
 
 namespace gradcomp::algorithms {
 
+// The payloads an allgather exchanged (run_allgather, or run_sparse below its dense switch): packed in rank order, each
+// in a padded slot (kPayloadAlign), and their sizes. Decoding them in rank order gives the call's sum bit for bit.
+struct GatheredPayloads {
+  Bytes packed = Bytes(0);
+  std::vector<std::size_t> sizes;  // empty: the sum was not decoded from gathered payloads (dense switch, other algorithms)
+};
+
 // One compressed allreduce in progress. `tensor` and every working buffer live in `space` (host memory, or the
 // tensor's CUDA device when the communicator takes device memory).
 struct Call {
@@ -28,6 +35,9 @@ struct Call {
   std::string_view name;
   const AllreduceOptions& options;
   AllreduceStats& stats;
+  // When set (the hierarchical mode's leaders), the allgather algorithms leave their payloads here after decoding, so
+  // the other ranks of a node can decode the same bytes instead of receiving the f32 sum.
+  GatheredPayloads* keep_gathered = nullptr;
 };
 
 // summable codecs only: compress with prescale 1/n (kAverage), sum the payload bodies as the wire dtype, decompress.

@@ -9,7 +9,7 @@ namespace gradcomp::algorithms {
 void run_allgather(Call& call) {
   Bytes payload = compress_own(call);
   std::vector<std::size_t> sizes;
-  const Bytes gathered = allgather_payloads(call, payload, sizes);
+  Bytes gathered = allgather_payloads(call, payload, sizes);
 
   Stopwatch watch(call.stats.decompress_s);
   const int n = call.comm.size();
@@ -20,6 +20,9 @@ void run_allgather(Call& call) {
   decode_in_rank_order(call, gathered, sizes, sum_view);
   if (call.options.op == ReduceOp::kAverage && n > 1) call.space.divide(sum, numel, static_cast<float>(n), false);
   call.space.store_f32(sum, call.tensor);
+  if (call.keep_gathered != nullptr && call.options.op == ReduceOp::kSum) {
+    *call.keep_gathered = GatheredPayloads{std::move(gathered), std::move(sizes)};
+  }
 }
 
 }  // namespace gradcomp::algorithms

@@ -1,5 +1,8 @@
 // compressed_allreduce: agreement check, device staging, hierarchical mode, and the choice of algorithm.
 #include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -69,9 +72,10 @@ NodeGroups make_node_groups(Communicator& world) {
 namespace {
 
 void run_flat(Communicator& comm, algorithms::MemorySpace& space, Compressor& compressor, const TensorView& tensor,
-              std::string_view name, const AllreduceOptions& options, AllreduceStats& stats) {
+              std::string_view name, const AllreduceOptions& options, AllreduceStats& stats,
+              algorithms::GatheredPayloads* keep_gathered = nullptr) {
   stats.algorithm = resolve_algorithm(compressor.traits(), options.algorithm);
-  algorithms::Call call{comm, space, compressor, tensor, name, options, stats};
+  algorithms::Call call{comm, space, compressor, tensor, name, options, stats, keep_gathered};
   switch (stats.algorithm) {
     case AllreduceAlgorithm::kDense: algorithms::run_dense(call); break;
     case AllreduceAlgorithm::kAllgather: algorithms::run_allgather(call); break;
@@ -82,7 +86,50 @@ void run_flat(Communicator& comm, algorithms::MemorySpace& space, Compressor& co
   }
 }
 
-// Dense f32 sum inside the node, compressed allreduce of the node sums between leaders, broadcast inside the node.
+// The node's last step: its leader (node rank 0) broadcasts what the other ranks need to hold the leaders' result in
+// `work`: the payloads the leaders allgathered, when their sum was decoded from them (each rank then decodes the same
+// bytes in the same order: the leader's bits; a top-k or DGC payload is far smaller than the f32 tensor), else the
+// f32 sum itself.
+void broadcast_node_result(const NodeGroups& groups, algorithms::MemorySpace& space, Compressor& compressor,
+                           const TensorView& work_view, std::string_view name, const AllreduceOptions& options,
+                           AllreduceStats& stats, algorithms::GatheredPayloads& gathered) {
+  Communicator& node = *groups.node;
+  const bool leader = node.rank() == 0;
+  std::uint64_t shape[2] = {gathered.sizes.size(), gathered.packed.size()};  // payload count (0: f32), packed bytes
+  {
+    algorithms::Stopwatch watch(stats.communicate_s);
+    node.broadcast(std::as_writable_bytes(std::span(shape)), 0);
+  }
+  const std::size_t numel = work_view.numel();
+  if (shape[0] == 0) {
+    algorithms::Stopwatch watch(stats.communicate_s);
+    space.synchronize();
+    node.broadcast(std::span<std::byte>(static_cast<std::byte*>(work_view.data()), numel * sizeof(float)), 0,
+                   space.memory());
+    if (leader) stats.wire_bytes += numel * sizeof(float);
+    return;
+  }
+  std::vector<std::uint64_t> sizes(gathered.sizes.begin(), gathered.sizes.end());
+  sizes.resize(shape[0]);
+  if (!leader) gathered.packed = space.allocate(shape[1]);
+  {
+    algorithms::Stopwatch watch(stats.communicate_s);
+    node.broadcast(std::as_writable_bytes(std::span(sizes)), 0);
+    space.synchronize();
+    node.broadcast(std::span<std::byte>(gathered.packed.data(), shape[1]), 0, space.memory());
+  }
+  if (leader) {
+    stats.wire_bytes += shape[1] + sizes.size() * sizeof(std::uint64_t);
+    return;  // its work already holds the decoded sum
+  }
+  const std::vector<std::size_t> payload_sizes(sizes.begin(), sizes.end());
+  algorithms::Call call{node, space, compressor, work_view, name, options, stats};
+  algorithms::Stopwatch watch(stats.decompress_s);
+  algorithms::decode_in_rank_order(call, {gathered.packed.data(), shape[1]}, payload_sizes, work_view);
+}
+
+// Dense f32 sum inside the node, compressed allreduce of the node sums between leaders, then inside the node the
+// leaders' payloads (allgather algorithms) or their f32 result (broadcast_node_result).
 void run_hierarchical(Communicator& comm, algorithms::MemorySpace& space, Compressor& compressor,
                       const TensorView& tensor, std::string_view name, const AllreduceOptions& options,
                       AllreduceStats& stats) {
@@ -97,6 +144,7 @@ void run_hierarchical(Communicator& comm, algorithms::MemorySpace& space, Compre
   algorithms::Bytes work_bytes = space.allocate(numel * sizeof(float));
   auto* work = reinterpret_cast<float*>(work_bytes.data());
   const TensorView work_view = space.view(work, numel, DType::kF32).with_rows(tensor.rows());
+  algorithms::GatheredPayloads gathered;  // the leaders' allgathered payloads, when their algorithm gathers
   space.load_f32(tensor, work);
   {
     algorithms::Stopwatch watch(stats.communicate_s);
@@ -113,16 +161,11 @@ void run_hierarchical(Communicator& comm, algorithms::MemorySpace& space, Compre
     inner.hierarchical = false;
     inner.nodes = nullptr;
     inner.verify = false;  // the world agreed already
-    run_flat(*groups->leaders, space, compressor, work_view, name, inner, stats);
+    run_flat(*groups->leaders, space, compressor, work_view, name, inner, stats, &gathered);
   } else {
     stats.algorithm = resolve_algorithm(compressor.traits(), options.algorithm);
   }
-  {
-    algorithms::Stopwatch watch(stats.communicate_s);
-    space.synchronize();
-    groups->node->broadcast(std::span<std::byte>(work_bytes.data(), numel * sizeof(float)), 0, space.memory());
-  }
-  if (groups->node->rank() == 0) stats.wire_bytes += numel * sizeof(float);
+  broadcast_node_result(*groups, space, compressor, work_view, name, options, stats, gathered);
   space.store_f32(work, tensor);
 }
 

@@ -43,10 +43,13 @@ void run_sparse(Call& call) {
     }
     ordered_sum_f32(call, sum, numel);
   } else {
-    const std::vector<std::size_t> payload_sizes(sizes.begin(), sizes.end());
-    const Bytes gathered = allgatherv_payloads(call, payload, payload_sizes);
+    std::vector<std::size_t> payload_sizes(sizes.begin(), sizes.end());
+    Bytes gathered = allgatherv_payloads(call, payload, payload_sizes);
     Stopwatch watch(call.stats.decompress_s);
     decode_in_rank_order(call, gathered, payload_sizes, sum_view);
+    if (call.keep_gathered != nullptr && call.options.op == ReduceOp::kSum) {
+      *call.keep_gathered = GatheredPayloads{std::move(gathered), std::move(payload_sizes)};
+    }
   }
 
   Stopwatch watch(call.stats.decompress_s);

@@ -107,5 +107,29 @@ TEST(MpiAllreduce, HierarchicalWithEmulatedNodes) {
   testing::check_hierarchical(*child, groups, "topk:ratio=0.05", 1, 2049, 2, ReduceOp::kSum);
 }
 
+// Inside a node the leader hands on the leaders' gathered top-k payloads, not their f32 sum: it sends the node's ring
+// (the f32 tensor once, nodes of 2), its payload to the other leaders and the gathered payloads, far below the ring
+// plus the f32 broadcast it sent before. The other ranks decode the same payloads: check_hierarchical above checks
+// their values and bits for every codec.
+TEST(MpiAllreduce, HierarchicalSparseBroadcastsPayloadsInsideTheNode) {
+  Communicator& comm = mpi_world();
+  auto child = comm.split(0, comm.rank());
+  ::setenv("GRADCOMP_LOCAL_SIZE", "2", 1);
+  NodeGroups groups = make_node_groups(*child);
+  ::unsetenv("GRADCOMP_LOCAL_SIZE");
+  const std::size_t numel = 64 * 1024;
+  std::vector<float> tensor = testing::make_gradient(numel, comm.rank(), 0, 5);
+  auto codec = make_compressor("topk:ratio=0.01");
+  AllreduceOptions options;
+  options.op = ReduceOp::kSum;
+  options.hierarchical = true;
+  options.nodes = &groups;
+  const auto stats = compressed_allreduce(*child, *codec, TensorView::of(std::span(tensor)), "node-payloads", options);
+  EXPECT_FALSE(stats.switched_to_dense);
+  if (groups.node->rank() == 0 && groups.node->size() == 2) {
+    EXPECT_LT(stats.wire_bytes, numel * sizeof(float) * 5 / 4) << "rank " << comm.rank();
+  }
+}
+
 }  // namespace
 }  // namespace gradcomp

@@ -72,6 +72,18 @@ LinkModel sim_8x8_400gbit() {
                 {0.0007296, 6.387e9, 4.194e+06, 0.004756}});
 }
 
+// 32 x 8 at 100 Gbit/s (gpu-32x8-100gbit.xml; learned in the 256-rank auto run of 2026-12-06, commit 13e2c0c)
+LinkModel sim_32x8_100gbit() {
+  return links({{1.209e-05, 204.8e9, 1.049e+06, 0.0003311},
+                {2.418e-05, 209.8e9, 1.049e+06, 0.0001447},
+                {0.0001572, 5.78e9, 2.097e+06, 0.004694},
+                {0.0001331, 0.3612e9, 5.243e+05, 0.003617},
+                {1.217e-05, 11.56e9, 2.097e+06, 0.0002513},
+                {0.0002298, 5.621e9, 1.678e+07, 0.003896},
+                {0.0001565, 0.04374e9, 6.554e+04, 0.01937},
+                {0.003104, 1.445e9, 1.678e+07, 0.02918}});
+}
+
 struct SimulatedRow {
   std::string spec;  // the real codec of the row (the modeled sim_* codecs have its payload sizes)
   double flat_ms;    // simulated, flat
@@ -141,6 +153,18 @@ TEST(HierarchyChoiceSimulated, SixtyFourRanksAtFourHundredGbit) {
                       {"topk:ratio=0.01", 7.72, 2.18},
                       {"dgc:ratio=0.001", 4.98, 1.87},
                       {"powersgd:rank=4", 1.95, 1.94}});
+}
+
+// 256 ranks (32 nodes of 8) at 100 Gbit/s: as at 64, with the flat allgathers 12x slower than the leaders' (top-k
+// 115.5 against 9.7 ms).
+TEST(HierarchyChoiceSimulated, TwoHundredFiftySixRanksAtOneHundredGbit) {
+  expect_faster_mode(sim_32x8_100gbit(), {256, 32, 8}, 25'600'000, 5000,
+                     {{"none", 19.33, 23.77},
+                      {"fp16", 10.22, 13.70},
+                      {"qsgd:bits=4", 25.73, 6.44},
+                      {"topk:ratio=0.01", 115.54, 9.65},
+                      {"dgc:ratio=0.001", 24.27, 4.61},
+                      {"powersgd:rank=4", 6.86, 2.05}});
 }
 
 // The 1.3B-parameter transformer (1.3e9 f32, PowerSGD's matrix 40,000 x 32,500) on the same platform and links
