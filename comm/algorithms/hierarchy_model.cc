@@ -111,6 +111,17 @@ double scatter_gather_time(const LevelCosts& level, int ranks, double bytes) {
   return level.alltoallv.time(bytes) + level.allgatherv.time(bytes / ranks);
 }
 
+// Bytes the node leader broadcasts after the leaders' exchange: the leaders' payloads when their sum is decoded from
+// them (allgather, sparse below its switch), else the f32 tensor (compressed_allreduce.cc, broadcast_node_result).
+double node_broadcast_bytes(int nodes, const CostedCall& call) {
+  const double payload = static_cast<double>(call.payload_bytes);
+  const double dense = 4.0 * static_cast<double>(call.numel);
+  const bool sparse_below_switch =
+      call.exchange == PayloadExchange::kSparse && !(nodes * payload > call.sparse_switch_density * 2.0 * dense);
+  const bool gathered = call.exchange == PayloadExchange::kAllgather || sparse_below_switch;
+  return gathered ? nodes * payload : dense;
+}
+
 }  // namespace
 
 double exchange_time(const LevelCosts& level, int ranks, const CostedCall& call) {
@@ -138,8 +149,9 @@ HierarchyChoice choose_hierarchy(const LinkModel& links, const HierarchyShape& s
   HierarchyChoice choice;
   choice.flat_s = exchange_time(links.world, shape.world, call);
   const double dense_bytes = 4.0 * static_cast<double>(call.numel);
-  const double node =
-      shape.per_node > 1 ? links.node.allreduce.time(dense_bytes) + links.node.broadcast.time(dense_bytes) : 0;
+  const double node = shape.per_node > 1 ? links.node.allreduce.time(dense_bytes) +
+                                               links.node.broadcast.time(node_broadcast_bytes(shape.nodes, call))
+                                         : 0;
   choice.hierarchical_s = node + exchange_time(links.leaders, shape.nodes, call);
   choice.hierarchical =
       links.measured && shape.nodes > 1 && shape.per_node > 1 && choice.hierarchical_s < choice.flat_s;

@@ -71,7 +71,8 @@ double exchange_time(const LevelCosts& level, int ranks, const CostedCall& call)
 // Predicted seconds of both modes, and the mode to take (hierarchical only when predicted faster):
 //   flat:          the call's exchange over the world (exchange_time on links.world);
 //   hierarchical:  an allreduce of the f32 tensor inside the node, the call's exchange between the leaders (on
-//                  links.leaders, nodes ranks) and a broadcast of the f32 tensor inside the node.
+//                  links.leaders, nodes ranks) and a broadcast inside the node: of the leaders' payloads for an
+//                  allgather (or sparse below its switch), whose sum every rank decodes, else of the f32 tensor.
 struct HierarchyChoice {
   double flat_s = 0;
   double hierarchical_s = 0;

@@ -67,6 +67,29 @@ TEST(HierarchyModel, SparsePayloadsOnALargeClusterGoHierarchical) {
   EXPECT_NEAR(choice.flat_s, 1e-3 + 8 * 63 / 1.25e9 + 1e-3 + payload * 63 / 1.25e9, 1e-9);
 }
 
+// Inside the node the leader broadcasts the leaders' payloads where their sum is decoded from them, the f32 tensor
+// otherwise (past the sparse switch, and for every other exchange).
+TEST(HierarchyModel, TheNodeBroadcastCarriesTheGatheredPayloads) {
+  const std::size_t numel = std::size_t{16} << 20;
+  const double dense = 4.0 * numel;
+  const LinkModel links = large_cluster();
+  const double node_sum = links.node.allreduce.time(dense);
+  const std::size_t payload = numel / 100 * 8;
+  for (PayloadExchange exchange : {PayloadExchange::kSparse, PayloadExchange::kAllgather}) {
+    const CostedCall call = call_of(exchange, numel, payload);
+    const auto choice = choose_hierarchy(links, {64, 8, 8}, call);
+    EXPECT_NEAR(choice.hierarchical_s,
+                node_sum + exchange_time(links.leaders, 8, call) + links.node.broadcast.time(8.0 * payload), 1e-12);
+  }
+  // 8 payloads of 40% density each are past the switch between the leaders: the f32 sum is broadcast.
+  const CostedCall dense_call = call_of(PayloadExchange::kSparse, numel, numel * 4 / 10 * 8);
+  EXPECT_NEAR(choose_hierarchy(links, {64, 8, 8}, dense_call).hierarchical_s,
+              node_sum + exchange_time(links.leaders, 8, dense_call) + links.node.broadcast.time(dense), 1e-12);
+  const CostedCall sra = call_of(PayloadExchange::kScatterReduceAllgather, numel, numel / 2);
+  EXPECT_NEAR(choose_hierarchy(links, {64, 8, 8}, sra).hierarchical_s,
+              node_sum + exchange_time(links.leaders, 8, sra) + links.node.broadcast.time(dense), 1e-12);
+}
+
 TEST(HierarchyModel, TheMeasuredTwoByTwoStaysFlat) {
   const std::size_t numel = std::size_t{4} << 20;  // 16 MiB
   for (const auto& [exchange, payload] :
