@@ -95,13 +95,24 @@ void broadcast_node_result(const NodeGroups& groups, algorithms::MemorySpace& sp
                            AllreduceStats& stats, algorithms::GatheredPayloads& gathered) {
   Communicator& node = *groups.node;
   const bool leader = node.rank() == 0;
-  std::uint64_t shape[2] = {gathered.sizes.size(), gathered.packed.size()};  // payload count (0: f32), packed bytes
-  {
+  const std::size_t numel = work_view.numel();
+  // Only the allgather algorithms can hand on payloads, so only they say which follows: [packed bytes (0: the f32
+  // sum), each leader's payload size]. Every rank knows the algorithm; the others' f32 sum follows at once.
+  const AllreduceAlgorithm algorithm = resolve_algorithm(compressor.traits(), options.algorithm);
+  std::vector<std::uint64_t> shape;
+  if (algorithm == AllreduceAlgorithm::kAllgather || algorithm == AllreduceAlgorithm::kSparseAllreduce) {
+    const auto leaders = static_cast<std::size_t>(groups.node_count);
+    shape.assign(1 + leaders, 0);
+    if (leader && !gathered.sizes.empty()) {
+      GRADCOMP_ASSERT(gathered.sizes.size() == leaders, "'{}': {} gathered payloads from {} leaders", name,
+                      gathered.sizes.size(), leaders);
+      shape[0] = gathered.packed.size();
+      std::copy(gathered.sizes.begin(), gathered.sizes.end(), shape.begin() + 1);
+    }
     algorithms::Stopwatch watch(stats.communicate_s);
     node.broadcast(std::as_writable_bytes(std::span(shape)), 0);
   }
-  const std::size_t numel = work_view.numel();
-  if (shape[0] == 0) {
+  if (shape.empty() || shape[0] == 0) {
     algorithms::Stopwatch watch(stats.communicate_s);
     space.synchronize();
     node.broadcast(std::span<std::byte>(static_cast<std::byte*>(work_view.data()), numel * sizeof(float)), 0,
@@ -109,23 +120,20 @@ void broadcast_node_result(const NodeGroups& groups, algorithms::MemorySpace& sp
     if (leader) stats.wire_bytes += numel * sizeof(float);
     return;
   }
-  std::vector<std::uint64_t> sizes(gathered.sizes.begin(), gathered.sizes.end());
-  sizes.resize(shape[0]);
-  if (!leader) gathered.packed = space.allocate(shape[1]);
+  if (!leader) gathered.packed = space.allocate(shape[0]);
   {
     algorithms::Stopwatch watch(stats.communicate_s);
-    node.broadcast(std::as_writable_bytes(std::span(sizes)), 0);
     space.synchronize();
-    node.broadcast(std::span<std::byte>(gathered.packed.data(), shape[1]), 0, space.memory());
+    node.broadcast(std::span<std::byte>(gathered.packed.data(), shape[0]), 0, space.memory());
   }
   if (leader) {
-    stats.wire_bytes += shape[1] + sizes.size() * sizeof(std::uint64_t);
+    stats.wire_bytes += shape[0] + shape.size() * sizeof(std::uint64_t);
     return;  // its work already holds the decoded sum
   }
-  const std::vector<std::size_t> payload_sizes(sizes.begin(), sizes.end());
+  const std::vector<std::size_t> payload_sizes(shape.begin() + 1, shape.end());
   algorithms::Call call{node, space, compressor, work_view, name, options, stats};
   algorithms::Stopwatch watch(stats.decompress_s);
-  algorithms::decode_in_rank_order(call, {gathered.packed.data(), shape[1]}, payload_sizes, work_view);
+  algorithms::decode_in_rank_order(call, {gathered.packed.data(), shape[0]}, payload_sizes, work_view);
 }
 
 // Dense f32 sum inside the node, compressed allreduce of the node sums between leaders, then inside the node the
