@@ -139,8 +139,8 @@ double exchange_time(const LevelCosts& level, int ranks, const CostedCall& call)
       }
       return sizes + level.allgatherv.time(payload);
     case PayloadExchange::kScatterReduceAllgather:
-      // the sizes matrix (ranks sizes from each rank), then the chunks' exchange and the reduced chunks' sizes
-      return level.allgatherv.time(8.0 * ranks) + scatter_gather_time(level, ranks, payload) + sizes;
+      // the chunks' sizes (one u64 to each rank), then the chunks' exchange and the reduced chunks' sizes
+      return level.alltoallv.time(8.0 * ranks) + scatter_gather_time(level, ranks, payload) + sizes;
   }
   return 0;
 }
