@@ -7,7 +7,7 @@
 //     measures simulated seconds.
 //   - std::thread::hardware_concurrency(): 1. A simulated rank is one core; SMPI measures the CPU time of the rank's
 //     own thread, so codec worker threads would run uncharged.
-//   - MPI_Iallreduce, MPI_Iallgather(v), MPI_Ialltoallv, MPI_Ibcast, MPI_Ibarrier: their blocking forms, completed
+//   - MPI_Iallreduce, MPI_Iallgather(v), MPI_Ialltoall(v), MPI_Ibcast, MPI_Ibarrier: their blocking forms, completed
 //     at once (the request is MPI_REQUEST_NULL). SMPI implements the non-blocking collectives naively (every rank
 //     sends its whole buffer to every other: an Iallreduce of 100 MB on 1,024 ranks moves 100 GB per rank), while its
 //     blocking collectives follow Open MPI's or MPICH's algorithm selection (--cfg=smpi/coll-selector:ompi).
@@ -202,6 +202,15 @@ int MPI_Iallgatherv(const void* send, int send_count, MPI_Datatype send_type, vo
   *request = MPI_REQUEST_NULL;
   Bounce b(send, type_bytes(send_type, send_count), recv, extent_of(recv_counts, displs, comm_size(comm), recv_type));
   return PMPI_Allgatherv(b.send(send), send_count, send_type, b.recv(recv), recv_counts, displs, recv_type, comm);
+}
+
+int MPI_Ialltoall(const void* send, int send_count, MPI_Datatype send_type, void* recv, int recv_count,
+                  MPI_Datatype recv_type, MPI_Comm comm, MPI_Request* request) {
+  *request = MPI_REQUEST_NULL;
+  const auto n = static_cast<std::size_t>(comm_size(comm));
+  Bounce b(send, type_bytes(send_type, static_cast<std::size_t>(send_count) * n), recv,
+           type_bytes(recv_type, static_cast<std::size_t>(recv_count) * n));
+  return PMPI_Alltoall(b.send(send), send_count, send_type, b.recv(recv), recv_count, recv_type, comm);
 }
 
 int MPI_Ialltoallv(const void* send, const int* send_counts, const int* send_displs, MPI_Datatype send_type,

@@ -37,6 +37,14 @@ using mpi::nonnull;
 using mpi::OpBuffers;
 using mpi::to_int;
 
+// Whether an alltoallv's counts are one count for every pair, sent and received (packed displacements: to_counts).
+bool equal_counts(const mpi::OpBuffers& b) {
+  const auto same = [&](const std::vector<int>& counts) {
+    return std::all_of(counts.begin(), counts.end(), [&](int c) { return c == b.counts.front(); });
+  };
+  return !b.counts.empty() && same(b.counts) && same(b.recv_counts);
+}
+
 class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBufferAllreduce {
  public:
   // `comm` is the family's root (not freed here) or a communicator split from a member (freed here while unbroken).
@@ -157,9 +165,17 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
     enter("alltoallv");
     const mpi::Staged staged = mpi::stage_in(b, send, recv.size(), memory);
     MPI_Request request;
-    check(MPI_Ialltoallv(nonnull(staged.send), b.counts.data(), b.displs.data(), MPI_BYTE, nonnull(staged.recv),
-                         b.recv_counts.data(), b.recv_displs.data(), MPI_BYTE, comm_, &request),
-          "MPI_Ialltoallv", send.size());
+    if (equal_counts(b)) {
+      // One count for every pair (sra's chunk sizes): MPI_Ialltoall, for which MPI picks a log(n)-step algorithm for
+      // small blocks (Bruck) where alltoallv sends n - 1 messages.
+      check(MPI_Ialltoall(nonnull(staged.send), b.counts[0], MPI_BYTE, nonnull(staged.recv), b.counts[0], MPI_BYTE,
+                          comm_, &request),
+            "MPI_Ialltoall", send.size());
+    } else {
+      check(MPI_Ialltoallv(nonnull(staged.send), b.counts.data(), b.displs.data(), MPI_BYTE, nonnull(staged.recv),
+                           b.recv_counts.data(), b.recv_displs.data(), MPI_BYTE, comm_, &request),
+            "MPI_Ialltoallv", send.size());
+    }
     wait(request, "alltoallv", send.size() + recv.size());
     mpi::copy_out(b, recv, staged.recv, memory);
   }
