@@ -1,4 +1,7 @@
-// The Communicator API's own definitions: reduce op names, the default deadline, the node color, the memory check.
+// The Communicator API's own definitions: reduce op names, the default deadline, the node color, the memory check,
+// alltoall as an alltoallv.
+#include <vector>
+
 #include <fmt/format.h>
 
 #include "comm/comm_env.h"
@@ -26,6 +29,20 @@ std::chrono::milliseconds default_comm_timeout() {
 int Communicator::node_color() {
   if (const auto local = comm::local_size_from_env()) return rank() / *local;
   return 0;
+}
+
+void Communicator::alltoall(std::span<const std::byte> send, std::span<std::byte> recv, Memory memory) {
+  const std::vector<std::size_t> counts(static_cast<std::size_t>(size()), alltoall_block(send, recv));
+  alltoallv(send, counts, recv, counts, memory);
+}
+
+std::size_t Communicator::alltoall_block(std::span<const std::byte> send, std::span<std::byte> recv) const {
+  const auto n = static_cast<std::size_t>(size());
+  GRADCOMP_CHECK(send.size() == recv.size() && send.size() % n == 0,
+                 "{} communicator (rank {} of {}): alltoall needs send and receive buffers of one equal block per "
+                 "rank, got {} and {} bytes",
+                 backend(), rank(), size(), send.size(), recv.size());
+  return send.size() / n;
 }
 
 void Communicator::require_memory(Memory memory, std::string_view op) const {

@@ -126,8 +126,7 @@ Bytes exchange_chunks(Call& call, const Bytes& send, const std::vector<std::size
     Stopwatch watch(call.stats.communicate_s);
     const std::vector<std::uint64_t> mine(send_sizes.begin(), send_sizes.end());
     std::vector<std::uint64_t> theirs(static_cast<std::size_t>(n), 0);
-    const std::vector<std::size_t> one_each(static_cast<std::size_t>(n), sizeof(std::uint64_t));
-    call.comm.alltoallv(std::as_bytes(std::span(mine)), one_each, std::as_writable_bytes(std::span(theirs)), one_each);
+    call.comm.alltoall(std::as_bytes(std::span(mine)), std::as_writable_bytes(std::span(theirs)));
     for (int s = 0; s < n; ++s) recv_sizes[s] = static_cast<std::size_t>(theirs[s]);
     const std::vector<std::size_t> recv_counts = padded_counts(recv_sizes);
     const std::size_t recv_total = std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0});

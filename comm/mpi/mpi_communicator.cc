@@ -37,14 +37,6 @@ using mpi::nonnull;
 using mpi::OpBuffers;
 using mpi::to_int;
 
-// Whether an alltoallv's counts are one count for every pair, sent and received (packed displacements: to_counts).
-bool equal_counts(const mpi::OpBuffers& b) {
-  const auto same = [&](const std::vector<int>& counts) {
-    return std::all_of(counts.begin(), counts.end(), [&](int c) { return c == b.counts.front(); });
-  };
-  return !b.counts.empty() && same(b.counts) && same(b.recv_counts);
-}
-
 class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBufferAllreduce {
  public:
   // `comm` is the family's root (not freed here) or a communicator split from a member (freed here while unbroken).
@@ -165,19 +157,25 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
     enter("alltoallv");
     const mpi::Staged staged = mpi::stage_in(b, send, recv.size(), memory);
     MPI_Request request;
-    if (equal_counts(b)) {
-      // One count for every pair (sra's chunk sizes): MPI_Ialltoall, for which MPI picks a log(n)-step algorithm for
-      // small blocks (Bruck) where alltoallv sends n - 1 messages.
-      check(MPI_Ialltoall(nonnull(staged.send), b.counts[0], MPI_BYTE, nonnull(staged.recv), b.counts[0], MPI_BYTE,
-                          comm_, &request),
-            "MPI_Ialltoall", send.size());
-    } else {
-      check(MPI_Ialltoallv(nonnull(staged.send), b.counts.data(), b.displs.data(), MPI_BYTE, nonnull(staged.recv),
-                           b.recv_counts.data(), b.recv_displs.data(), MPI_BYTE, comm_, &request),
-            "MPI_Ialltoallv", send.size());
-    }
+    check(MPI_Ialltoallv(nonnull(staged.send), b.counts.data(), b.displs.data(), MPI_BYTE, nonnull(staged.recv),
+                         b.recv_counts.data(), b.recv_displs.data(), MPI_BYTE, comm_, &request),
+          "MPI_Ialltoallv", send.size());
     wait(request, "alltoallv", send.size() + recv.size());
     mpi::copy_out(b, recv, staged.recv, memory);
+  }
+
+  // MPI_Ialltoall: for small blocks (sra's chunk sizes) MPI takes a log(n)-step algorithm (Bruck) where alltoallv
+  // sends n - 1 messages.
+  void alltoall(std::span<const std::byte> send, std::span<std::byte> recv, Memory memory) override {
+    require_memory(memory, "alltoall");
+    const int block = to_int(alltoall_block(send, recv), "alltoall block", rank_);
+    enter("alltoall");
+    const mpi::Staged staged = mpi::stage_in(*ops_, send, recv.size(), memory);
+    MPI_Request request;
+    check(MPI_Ialltoall(nonnull(staged.send), block, MPI_BYTE, nonnull(staged.recv), block, MPI_BYTE, comm_, &request),
+          "MPI_Ialltoall", send.size());
+    wait(request, "alltoall", send.size() + recv.size());
+    mpi::copy_out(*ops_, recv, staged.recv, memory);
   }
 
   void broadcast(std::span<std::byte> buffer, int root, Memory memory) override {
@@ -264,16 +262,9 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
   // caller divides).
   const std::byte* reduce_owned(OpBuffers& ops, std::size_t offset, int count, DType dtype, ReduceOp op,
                                 std::size_t bytes) {
-    MPI_Op mpi_op = MPI_SUM;
-    if (dtype == DType::kF16 || dtype == DType::kBF16) {
-      mpi_op = mpi::half_sum_op(dtype);
-    } else if (op == ReduceOp::kMax) {
-      mpi_op = MPI_MAX;
-    } else if (op == ReduceOp::kMin) {
-      mpi_op = MPI_MIN;
-    }
+    const MPI_Op mpi_op = mpi::reduce_op(dtype, op);
     std::byte* send = ops.send.data() + offset;
-    if (size_ > 1 && bytes >= ring_min_bytes_ && count >= size_ && ring_suits_layout()) {
+    if (size_ > 1 && bytes >= ring_min_bytes_ && count >= size_ && ring_layout_.value_or(false)) {
       const auto start = std::chrono::steady_clock::now();
       mpi::RingHooks hooks;
       hooks.idle = [&](unsigned passes, const mpi::RingHooks::InFlight& in_flight) {
@@ -296,23 +287,12 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
     return recv;
   }
 
-  // Whether the ring suits where the ranks run: one node, or one rank per node. With several nodes of several ranks a
-  // flat ring crosses each node's uplink with 1.5x the array (2 x 2 ranks) where MPI's recursive halving sends it once
-  // (docs/comm.md); those jobs keep MPI_Iallreduce (or take the hierarchical mode). Learned by learn_layout().
-  bool ring_suits_layout() const { return ring_layout_.value_or(false); }
-
   // Before the first allreduce that may take the ring (`bytes`: its size, or the staged call's capacity, equal on
   // every rank), learns the layout from every rank's node_color() (the nodes the hierarchical mode uses): collectives
   // every rank reaches in the same call, made before the call's own buffers are filled (they use them).
   void learn_layout(std::size_t bytes) {
     if (size_ == 1 || bytes < ring_min_bytes_ || ring_layout_) return;
-    const std::int32_t mine = node_color();
-    std::vector<std::int32_t> colors(static_cast<std::size_t>(size_));
-    allgather(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(colors)), Memory::host());
-    std::vector<std::int32_t> distinct = colors;
-    std::sort(distinct.begin(), distinct.end());
-    distinct.erase(std::unique(distinct.begin(), distinct.end()), distinct.end());
-    ring_layout_ = distinct.size() == 1 || distinct.size() == colors.size();
+    ring_layout_ = mpi::ring_suits(*this);
   }
 
   // allreduce of CUDA memory (a CUDA-aware MPI): MPI_Iallreduce over the device blocks with MPI's own ops; a
@@ -329,7 +309,7 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
     const Memory memory = Memory::of(inout);
     const std::span<std::byte> bytes(static_cast<std::byte*>(inout.data()), inout.bytes());
     const mpi::Staged b = mpi::stage_in(*ops_, bytes, bytes.size(), memory);
-    const MPI_Op mpi_op = op == ReduceOp::kMax ? MPI_MAX : op == ReduceOp::kMin ? MPI_MIN : MPI_SUM;
+    const MPI_Op mpi_op = mpi::reduce_op(inout.dtype(), op);
     MPI_Request request;
     check(MPI_Iallreduce(nonnull(b.send), nonnull(b.recv), count, mpi::datatype(inout.dtype()), mpi_op, comm_,
                          &request),
@@ -392,7 +372,11 @@ class MpiCommunicator final : public comm::TimedCommunicator, public OwnedBuffer
   int rank_ = 0, size_ = 1;
   bool owns_comm_ = false;
   std::size_t ring_min_bytes_;
-  std::optional<bool> ring_layout_;  // ring_suits_layout(), once known
+  // Whether the ring suits where the ranks run (mpi::ring_suits: one node, or one rank per node). With several nodes
+  // of several ranks a flat ring crosses each node's uplink with 1.5x the array (2 x 2 ranks) where MPI's recursive
+  // halving sends it once (docs/comm.md); those jobs keep MPI_Iallreduce (or take the hierarchical mode). Learned by
+  // learn_layout().
+  std::optional<bool> ring_layout_;
   std::optional<int> node_color_;
   std::shared_ptr<OpBuffers> ops_;
 };

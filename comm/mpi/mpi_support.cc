@@ -4,6 +4,7 @@
 #include <immintrin.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <climits>
@@ -109,6 +110,21 @@ MPI_Op half_sum_op(DType dtype) {
     MPI_Op_create(&bf16_sum, 1, &bf16);
   });
   return dtype == DType::kF16 ? f16 : bf16;
+}
+
+MPI_Op reduce_op(DType dtype, ReduceOp op) {
+  if (op == ReduceOp::kMax) return MPI_MAX;
+  if (op == ReduceOp::kMin) return MPI_MIN;
+  return dtype == DType::kF16 || dtype == DType::kBF16 ? half_sum_op(dtype) : MPI_SUM;
+}
+
+bool ring_suits(Communicator& comm) {
+  const std::int32_t mine = comm.node_color();
+  std::vector<std::int32_t> colors(static_cast<std::size_t>(comm.size()));
+  comm.allgather(std::as_bytes(std::span(&mine, 1)), std::as_writable_bytes(std::span(colors)), Memory::host());
+  std::sort(colors.begin(), colors.end());
+  const auto nodes = static_cast<std::size_t>(std::unique(colors.begin(), colors.end()) - colors.begin());
+  return nodes == 1 || nodes == colors.size();
 }
 
 int to_int(std::size_t value, std::string_view what, int rank) {

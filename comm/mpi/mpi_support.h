@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "gradcomp/communicator.h"
 #include "gradcomp/tensor.h"
 
 namespace gradcomp::mpi {
@@ -45,6 +46,14 @@ MPI_Datatype datatype(DType dtype);
 
 // The user-defined commutative sum of f16 or bf16 values (added in f32, rounded to nearest even).
 MPI_Op half_sum_op(DType dtype);
+
+// The MPI op that sums (kSum, and kAverage before the caller divides), or takes the max or min of, `dtype`'s values:
+// half_sum_op for f16/bf16 sums.
+MPI_Op reduce_op(DType dtype, ReduceOp op);
+
+// Whether a flat ring suits where `comm`'s ranks run: one node, or one rank per node (by every rank's node_color(),
+// allgathered: collective).
+bool ring_suits(Communicator& comm);
 
 // `value` as an MPI count; throws InvalidArgument naming `what` and `rank` past INT_MAX.
 int to_int(std::size_t value, std::string_view what, int rank);

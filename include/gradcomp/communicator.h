@@ -58,6 +58,10 @@ class Communicator {
   // packed in rank order into recv.
   virtual void alltoallv(std::span<const std::byte> send, std::span<const std::size_t> send_counts,
                          std::span<std::byte> recv, std::span<const std::size_t> recv_counts, Memory memory) = 0;
+  // alltoallv with one block size for every pair, the same on every rank (the caller guarantees it, as for
+  // allgather): `send` and `recv` hold size() blocks of send.size() / size() bytes in rank order. The default runs
+  // alltoallv; MPI runs MPI_Ialltoall, which takes a log(n)-step algorithm for small blocks.
+  virtual void alltoall(std::span<const std::byte> send, std::span<std::byte> recv, Memory memory);
   // Copies root's `buffer` into every rank's.
   virtual void broadcast(std::span<std::byte> buffer, int root, Memory memory) = 0;
   virtual void barrier() = 0;
@@ -74,6 +78,7 @@ class Communicator {
                  std::span<std::byte> recv, std::span<const std::size_t> recv_counts) {
     alltoallv(send, send_counts, recv, recv_counts, Memory::host());
   }
+  void alltoall(std::span<const std::byte> send, std::span<std::byte> recv) { alltoall(send, recv, Memory::host()); }
   void broadcast(std::span<std::byte> buffer, int root) { broadcast(buffer, root, Memory::host()); }
 
   // Splits into sub-communicators of ranks with equal `color`, ordered by `key` (MPI_Comm_split semantics). Collective
@@ -89,6 +94,8 @@ class Communicator {
   // Throws InvalidArgument unless takes(memory.device): "<backend> communicator (rank r): <op> got buffers on
   // cuda:0, but it takes ...".
   void require_memory(Memory memory, std::string_view op) const;
+  // alltoall's block size: send.size() / size(); throws InvalidArgument unless send and recv hold size() equal blocks.
+  std::size_t alltoall_block(std::span<const std::byte> send, std::span<std::byte> recv) const;
   // Throws InvalidArgument unless `op` is defined for `dtype` (see ReduceOp), naming the backend and rank.
   void require_reduce(DType dtype, ReduceOp op) const;
 };

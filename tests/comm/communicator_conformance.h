@@ -87,6 +87,29 @@ inline void conformance_collectives(Communicator& comm) {
   comm.barrier();
 }
 
+// alltoall (rank s sends the u32 100s+d to d); a buffer that is not size() equal blocks throws InvalidArgument on
+// every rank before anything is sent; then Adasum's pairwise exchange as an alltoallv: ranks 2p and 2p+1 swap 8p
+// bytes, so the first pair's (and an odd count's last rank's) counts are all zero, locally one count for every pair,
+// while the other ranks' differ: the call must still be the same collective on every rank.
+inline void conformance_alltoall(Communicator& comm) {
+  const int n = comm.size(), r = comm.rank();
+  std::vector<std::uint32_t> out(n), in(n, 0);
+  for (int d = 0; d < n; ++d) out[d] = 100 * r + d;
+  comm.alltoall(std::as_bytes(std::span(out)), std::as_writable_bytes(std::span(in)));
+  for (int s = 0; s < n; ++s) EXPECT_EQ(in[s], static_cast<std::uint32_t>(100 * s + r)) << "from rank " << s;
+  std::vector<std::byte> short_send(4 * n), long_recv(4 * n + 4);
+  EXPECT_THROW(comm.alltoall(short_send, long_recv), InvalidArgument);
+
+  const int peer = (r ^ 1) < n ? r ^ 1 : r;
+  const std::size_t bytes = peer == r ? 0 : 8 * static_cast<std::size_t>(r / 2);
+  std::vector<std::size_t> counts(n, 0);
+  counts[peer] = bytes;
+  std::vector<std::byte> send(bytes, std::byte(r)), recv(bytes, std::byte(0xff));
+  comm.alltoallv(send, counts, recv, counts);
+  for (std::size_t i = 0; i < bytes; ++i) EXPECT_EQ(recv[i], std::byte(peer)) << "byte " << i;
+  comm.barrier();
+}
+
 // split into even/odd ranks ordered by descending rank, rank 0 opting out when there are more than two ranks; the
 // child keeps the parent's timeout and works.
 inline void conformance_split(Communicator& comm) {

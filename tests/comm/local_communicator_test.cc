@@ -21,6 +21,7 @@ class LocalRanks : public ::testing::TestWithParam<int> {};
 
 TEST_P(LocalRanks, ConformanceAllreduce) { run_ranks(GetParam(), testing::conformance_allreduce); }
 TEST_P(LocalRanks, ConformanceCollectives) { run_ranks(GetParam(), testing::conformance_collectives); }
+TEST_P(LocalRanks, ConformanceAlltoall) { run_ranks(GetParam(), testing::conformance_alltoall); }
 TEST_P(LocalRanks, ConformanceSplit) { run_ranks(GetParam(), testing::conformance_split); }
 TEST_P(LocalRanks, ConformanceMemory) { run_ranks(GetParam(), testing::conformance_memory); }
 

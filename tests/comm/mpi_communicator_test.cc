@@ -32,6 +32,7 @@ TEST(MpiCommunicator, IdentityAndThreadLevel) {
 
 TEST(MpiCommunicator, ConformanceAllreduce) { testing::conformance_allreduce(mpi_world()); }
 TEST(MpiCommunicator, ConformanceCollectives) { testing::conformance_collectives(mpi_world()); }
+TEST(MpiCommunicator, ConformanceAlltoall) { testing::conformance_alltoall(mpi_world()); }
 TEST(MpiCommunicator, ConformanceSplit) { testing::conformance_split(mpi_world()); }
 TEST(MpiCommunicator, ConformanceMemory) { testing::conformance_memory(mpi_world()); }
 

@@ -12,6 +12,7 @@ gradcomp::Communicator* g_comm = nullptr;  // the communicator of the current ru
 
 TEST(TorchCommunicator, ConformanceAllreduce) { gradcomp::testing::conformance_allreduce(*g_comm); }
 TEST(TorchCommunicator, ConformanceCollectives) { gradcomp::testing::conformance_collectives(*g_comm); }
+TEST(TorchCommunicator, ConformanceAlltoall) { gradcomp::testing::conformance_alltoall(*g_comm); }
 TEST(TorchCommunicator, ConformanceSplit) { gradcomp::testing::conformance_split(*g_comm); }
 TEST(TorchCommunicator, ConformanceMemory) { gradcomp::testing::conformance_memory(*g_comm); }
 
