@@ -38,6 +38,18 @@ case "$out/" in
   /tmp/*) echo "run.sh: --out $out is under /tmp, which the simulation replaces by a private tmpfs" \
             "(bench/sim/tmpfs.sh): choose a directory elsewhere" >&2; exit 2 ;;
 esac
+# Folded buffers are mappings: the transformer's 64-rank auto run holds about 50,000, past Linux's default limit of
+# 65,530 at its peaks ("Could not map folded virtual memory (Cannot allocate memory)"). Raise it (as root) for the
+# transformer part, or say how.
+if [[ ,$parts, == *,transformer,* ]] && [ "$(cat /proc/sys/vm/max_map_count 2>/dev/null || echo 0)" -lt 1048576 ]; then
+  if [ "$(id -u)" = 0 ] && sysctl -qw vm.max_map_count=1048576 2>/dev/null; then
+    echo "[sim] vm.max_map_count raised to 1048576 (folded 5.2 GB buffers need more mappings than 65,530)" >&2
+  else
+    echo "run.sh: the transformer part needs vm.max_map_count >= 1048576 (now $(cat /proc/sys/vm/max_map_count));" \
+         "run: sudo sysctl -w vm.max_map_count=1048576" >&2
+    exit 3
+  fi
+fi
 "$ROOT/bench/sim/build.sh" "$build"
 mkdir -p "$out/platforms"
 results=$out/results.jsonl
