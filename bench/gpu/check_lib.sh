@@ -102,6 +102,8 @@ setup_environment() {
   NVCC=$(command -v nvcc || true)
   SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null || true)
   PYTHON_PATH=$(command -v "$PYTHON" || true)
+  # Absolute, not resolved (a venv's python is a link out of the venv): CMake runs it from the build folder.
+  case "$PYTHON_PATH" in ""|/*) ;; *) PYTHON_PATH=$PWD/$PYTHON_PATH ;; esac
   local missing=""
   [ -n "$NVCC" ] || missing="$missing nvcc"
   command -v cmake >/dev/null || missing="$missing cmake"
