@@ -5,7 +5,8 @@
 # LD_LIBRARY_PATH; the rest of its CUDA dependencies (cuDNN, cuBLAS, NCCL wheels: gigabytes) are not installed.
 # Sourced by scripts/test.sh: gradcomp_install_torch2 sets GRADCOMP_TORCH2_PYTHON and GRADCOMP_TORCH2_LD_PATH, or
 # GRADCOMP_TORCH2_SKIP (the reason) when it cannot be installed here (no network, no CUDA toolkit).
-# Run alone: scripts/torch2-deps.sh prints what it made.
+# Run alone: scripts/torch2-deps.sh prints what it made. It holds nanobind too, so it is the python the GPU dry run
+# builds against (PYTHON=.venv-torch2/bin/python bench/gpu/check.sh --dry-run).
 
 GRADCOMP_ROOT=${GRADCOMP_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 GRADCOMP_TORCH2_VENV=${GRADCOMP_TORCH2_VENV:-$GRADCOMP_ROOT/.venv-torch2}
@@ -18,7 +19,7 @@ gradcomp_torch2_wheels=(
   "torch==$GRADCOMP_TORCH2_VERSION" "nvidia-cusparselt-cu13==0.8.0" "nvidia-nvshmem-cu13==3.4.5" "nvidia-cufile"
 )
 gradcomp_torch2_python_deps=(filelock "typing-extensions>=4.10" "setuptools<82" "sympy>=1.13.3" "networkx>=2.5.1" jinja2
-                             "fsspec>=0.8.5" numpy pytest cloudpickle matplotlib)
+                             "fsspec>=0.8.5" numpy pytest cloudpickle matplotlib nanobind)
 
 gradcomp_torch2_ld_path() {
   local site
