@@ -4,7 +4,8 @@
 # Horovod's rows, on the shared 1 Gbit/s loopback (bench/net/shaped.sh), 4 ranks, on the idle 2-core VM.
 # MLP: 8 timed steps after 2 warm-up; AlexNet: 3 after 1 (as docs/fusion.md's rows).
 set -u
-OUT=$(cd "$(dirname "$0")" && pwd)
+# Results go beside this script, or into $OUT when it is set (a later run of the same comparison).
+OUT=${OUT:-$(cd "$(dirname "$0")" && pwd)}
 ROOT=/work/main
 cd "$ROOT"
 peer() {  # which round model steps warmup rows

@@ -1,9 +1,13 @@
-"""after/before and gradcomp/Horovod step-time ratios of compare.sh's runs (s per step; < 1: after is faster)."""
+"""after/before and gradcomp/Horovod step-time ratios of compare.sh's runs (s per step; < 1: after is faster).
+
+    python3 summary.py [FOLDER]   (default: this script's folder)
+"""
 import glob
 import json
 import os
+import sys
 
-here = os.path.dirname(os.path.abspath(__file__))
+here = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.abspath(__file__))
 times = {}  # (model, which, round, compression) -> s/step
 for path in glob.glob(os.path.join(here, "*-*-*/results.jsonl")):
     model, which, rnd = os.path.basename(os.path.dirname(path)).split("-")
@@ -14,7 +18,7 @@ print("| model | compression | round | before s/step | after s/step | Horovod s/
 print("|---|---|---|---|---|---|---|---|")
 for model in ("mlp", "alexnet"):
     for comp in ("none", "fp16"):
-        for rnd in ("1", "2"):
+        for rnd in sorted({k[2] for k in times}):
             b, a, h = (times.get((model, w, rnd, comp)) for w in ("before", "after", "horovod"))
             if a is None or b is None:
                 continue
