@@ -60,6 +60,8 @@ double default_idle_cycle_max_ms();
 int default_pipeline_lanes();
 // Zero-copy fusion from GRADCOMP_FUSION_GATHER (1 or 0), else on.
 bool default_fusion_gather();
+// Partition size from GRADCOMP_PARTITION_BYTES (bytes), else 16 MiB (0 = never partition).
+std::size_t default_partition_bytes();
 
 struct RuntimeOptions {
   // Period of the negotiation cycle, milliseconds.
@@ -91,6 +93,16 @@ struct RuntimeOptions {
   // the same either way; off copies the members into a fusion buffer and back, as every other codec does (kept for
   // comparison: bench/comm/fusion_bench --no-gather). Default from GRADCOMP_FUSION_GATHER, else on.
   bool fusion_gather = default_fusion_gather();
+  // Partitioning: a host tensor that travels alone, of at least twice this many bytes, under a codec that encodes
+  // an element range as it encodes the whole tensor (none, fp16, bf16 under the dense algorithm; not with
+  // nonfinite=skip, which zeroes a whole tensor), is reduced in ceil(bytes / partition_bytes) parts, each its own
+  // buffer on the pipeline's lanes: while one part is on the wire the next is encoded and the one before decoded,
+  // so a large gradient's copies into and out of the communicator's buffers hide behind its own communication.
+  // Every element gets what it gets unpartitioned (error feedback is kept per element of the tensor's name; a dense
+  // sum at 3+ ranks may round differently where MPI's reduction order depends on an element's position, as with
+  // fusion). The tensor's handle completes when its last part has, failed by any part's error. Needs two or more
+  // pipeline lanes (else off); 0 = off. Default from GRADCOMP_PARTITION_BYTES, else 16 MiB.
+  std::size_t partition_bytes = default_partition_bytes();
   CompressionPolicy policy;
   // Chrome-trace JSON output ("" = none). "{rank}" in the path is replaced by the rank; without it only rank 0
   // writes. The file is complete (valid JSON) once the runtime has shut down.

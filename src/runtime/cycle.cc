@@ -7,6 +7,7 @@
 #include "comm/blobs.h"
 #include "gradcomp/error.h"
 #include "src/runtime/fusion.h"
+#include "src/runtime/partition.h"
 #include "src/runtime/runtime_impl.h"
 
 namespace gradcomp {
@@ -256,6 +257,13 @@ void Runtime::Impl::execute(const std::vector<runtime::ReadyTensor>& ready, Cloc
       finish(job->requests, BufferRecord{}, status, buffer_seq_++);
       continue;
     }
+    const std::size_t parts = pipeline_->lanes() >= 2
+                                  ? runtime::partition_count(job->prepared, options_.partition_bytes, options_.algorithm)
+                                  : 1;
+    if (parts > 1) {
+      dispatch_parts(*job, parts);
+      continue;
+    }
     // Every rank numbers its buffers alike, so lane l's communicator sees the same collectives everywhere. Rounds
     // codecs keep state between their calls (one reduction of an instance at a time) and device buffers may use
     // RuntimeOptions::device_comm (one thread): both always take lane 0.
@@ -264,6 +272,23 @@ void Runtime::Impl::execute(const std::vector<runtime::ReadyTensor>& ready, Cloc
     ++dispatched_;
     job->seq = buffer_seq_++;
     pipeline_->submit(lane, [this, job](runtime::Pipeline::Lane& on) { run_job(*job, on); });
+  }
+}
+
+void Runtime::Impl::dispatch_parts(Job& job, std::size_t parts) {
+  auto whole = std::make_shared<Parts>();
+  whole->requests = std::move(job.requests);
+  whole->remaining = parts;
+  // Parts take lanes in turn as buffers do (every rank the same), so that part i+1 is encoded while part i is on
+  // the wire.
+  for (std::size_t i = 0; i < parts; ++i) {
+    auto part = std::make_shared<Job>();
+    part->prepared = runtime::partition_part(job.prepared, i, parts);
+    part->whole = whole;
+    part->seq = buffer_seq_++;
+    const int lane = static_cast<int>(dispatched_ % static_cast<std::uint64_t>(pipeline_->lanes()));
+    ++dispatched_;
+    pipeline_->submit(lane, [this, part](runtime::Pipeline::Lane& on) { run_job(*part, on); });
   }
 }
 
@@ -288,6 +313,17 @@ void Runtime::Impl::run_job(Job& job, runtime::Pipeline::Lane& lane) {
     }
   }
   finish(job.requests, std::move(record), status, job.seq);
+  if (!job.whole) return;
+  std::vector<Request> done;
+  Status first;
+  {
+    std::lock_guard lock(job.whole->mutex);
+    if (!status.ok() && job.whole->status.ok()) job.whole->status = status;
+    if (--job.whole->remaining > 0) return;
+    done = std::move(job.whole->requests);
+    first = job.whole->status;
+  }
+  complete_all(done, first);
 }
 
 Status Runtime::Impl::fail_runtime(std::exception_ptr error) {

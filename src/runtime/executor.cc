@@ -331,7 +331,8 @@ Executor::Packed Executor::pack(const Prepared& prepared, algorithms::BlockPool&
                          t.bytes());
     }
     packed.segments.push_back(
-        TensorSegment{state_name(members[m]), group.offsets[m], t.numel(), 0, t.numel(), t.rows(), members[m].step});
+        TensorSegment{state_name(members[m]), group.offsets[m], t.numel(), members[m].start,
+                      members[m].total == 0 ? t.numel() : members[m].total, t.rows(), members[m].step});
   }
   if (copied) record.copy_bytes += group.bytes;
   auto copy_end = Clock::now();

@@ -65,6 +65,10 @@ class Executor {
     TensorView tensor;
     Compressor* compressor = nullptr;  // the owner's (every member of a group has the same), or null
     std::uint64_t step = kStepOfCall;  // the owner's step, or kStepOfCall: counted per name here
+    // A part of a tensor (src/runtime/partition.h): `tensor` holds its elements [start, start + numel) of a tensor of
+    // `total` elements (0: the whole tensor).
+    std::size_t start = 0;
+    std::size_t total = 0;
   };
 
   // A group ready to run: its codec and every member's step, decided on the negotiation thread in group order on

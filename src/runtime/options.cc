@@ -33,6 +33,11 @@ int default_pipeline_lanes() {
   return static_cast<int>(env::integer("GRADCOMP_PIPELINE_LANES", 0, 16, "lanes").value_or(2));
 }
 
+std::size_t default_partition_bytes() {
+  return static_cast<std::size_t>(
+      env::integer("GRADCOMP_PARTITION_BYTES", 0, kMaxBytes, "bytes").value_or(std::int64_t{16} << 20));
+}
+
 bool default_fusion_gather() { return env::integer("GRADCOMP_FUSION_GATHER", 0, 1, "0 or 1").value_or(1) != 0; }
 
 std::string Status::message() const {

@@ -140,12 +140,24 @@ class Runtime::Impl {
   // Whether the pipeline holds the next cycle back (cycle.cc; background thread, mutex_ held).
   bool held_back() const;
 
-  // One fusion group on its way through a lane: the prepared group and the requests it completes.
+  // A tensor reduced in parts (src/runtime/partition.h): its requests complete when the last part has finished,
+  // with the first error of any part.
+  struct Parts {
+    std::mutex mutex;
+    std::vector<Request> requests;  // (mutex)
+    std::size_t remaining = 0;      // (mutex) parts not finished
+    Status status;                  // (mutex) the first part's error, else ok
+  };
+  // One fusion group (or part of a tensor) on its way through a lane: the prepared group and the requests it
+  // completes (a part's are its tensor's, in `whole`).
   struct Job {
     runtime::Executor::Prepared prepared;
     std::vector<Request> requests;
+    std::shared_ptr<Parts> whole;  // set for a part: requests is empty
     std::uint64_t seq = 0;  // buffer number on this rank (stats keep buffers in this order)
   };
+  // Hands `job`'s tensor to the lanes in `parts` parts (cycle.cc).
+  void dispatch_parts(Job& job, std::size_t parts);
   // Runs `job` on a lane and completes its requests (cycle.cc).
   void run_job(Job& job, runtime::Pipeline::Lane& lane);
   // Records `error` as the runtime's fatal error (the first one wins), wakes the cycle thread (which then stops the
