@@ -4,7 +4,9 @@
 # 10 Gbit/s uplink (bench/net/cluster.sh 4 1). Run from the repository root on an otherwise idle machine, after
 # scripts/test.sh; the load average is written before and after each run.
 set -euo pipefail
-out=$(dirname "$0")
+# Output goes beside this script, or into $OUT when it is set (a later run of the same table).
+out=${OUT:-$(dirname "$0")}
+mkdir -p "$out"
 bench=$PWD/build/bench/comm/fusion_bench
 run() {  # run <file> <network> <fusion_bench args...>
   local file=$out/$1 net=$2; shift 2

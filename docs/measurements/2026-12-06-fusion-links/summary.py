@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """Summarizes run.sh's output files into summary.md: per network, workload and codec, each round's fused and
-unfused step times and speedup, the one-4-byte-allreduce cost and the load average before each run."""
+unfused step times and speedup, the one-4-byte-allreduce cost and the load average before each run. The folder is
+this script's, or the one given as the first argument (run.sh's $OUT); summary.md goes there."""
 import pathlib
 import re
+import sys
 
-here = pathlib.Path(__file__).parent
+here = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else pathlib.Path(__file__).parent
 rows, probes = {}, {}
 for net in ("shared", "hosts"):
     for workload in ("small", "resnet50"):
