@@ -89,6 +89,24 @@ TEST(RuntimeJoin, JoinedRanksServeTheOthersWithZeros) {
   }
 }
 
+// A tensor reduced in parts (RuntimeOptions::partition_bytes: each 1,200-byte tensor in four parts, alone) is
+// served by a joined rank part by part, as the ranks still stepping cut it.
+TEST(RuntimeJoin, JoinedRanksServeAPartitionedTensor) {
+  for (const char* spec : {"none", "fp16"}) {
+    SCOPED_TRACE(spec);
+    run_ranks(4, [&](Communicator& comm) {
+      RuntimeOptions options = join_options(2);
+      options.fusion_threshold_bytes = 0;
+      options.partition_bytes = kNumel * sizeof(float) / 4;
+      Runtime rt(comm, options);
+      uneven_steps(comm, rt, SubmitOptions{.spec = spec});
+      std::size_t parts = 0;
+      for (const BufferRecord& buffer : rt.stats().buffers) parts += buffer.input_bytes == kNumel;
+      EXPECT_GT(parts, 0u) << "no tensor went in parts on rank " << comm.rank();
+    });
+  }
+}
+
 TEST(RuntimeJoin, JoinedRanksServeAnOwnersScope) {
   run_ranks(4, [&](Communicator& comm) {
     Runtime rt(comm, join_options(2));
