@@ -100,8 +100,11 @@ struct RuntimeOptions {
   // so a large gradient's copies into and out of the communicator's buffers hide behind its own communication.
   // Every element gets what it gets unpartitioned (error feedback is kept per element of the tensor's name; a dense
   // sum at 3+ ranks may round differently where MPI's reduction order depends on an element's position, as with
-  // fusion). The tensor's handle completes when its last part has, failed by any part's error. Needs two or more
-  // pipeline lanes (else off); 0 = off. Default from GRADCOMP_PARTITION_BYTES, else 16 MiB.
+  // fusion). The tensor's handle completes when its last part has, failed by any part's error; the parts that did
+  // not fail are reduced (a NaN under nonfinite=raise leaves a whole tensor and its error feedback untouched, a
+  // partitioned one only in the part that holds it). Decided from the negotiated signature, so a joined rank cuts a
+  // tensor as the others do; like every option it must be equal on every rank. Needs two or more pipeline lanes
+  // (else off); 0 = off. Default from GRADCOMP_PARTITION_BYTES, else 16 MiB.
   std::size_t partition_bytes = default_partition_bytes();
   CompressionPolicy policy;
   // Chrome-trace JSON output ("" = none). "{rank}" in the path is replaced by the rank; without it only rank 0

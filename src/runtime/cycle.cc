@@ -257,17 +257,21 @@ void Runtime::Impl::execute(const std::vector<runtime::ReadyTensor>& ready, Cloc
       finish(job->requests, BufferRecord{}, status, buffer_seq_++);
       continue;
     }
-    const std::size_t parts = pipeline_->lanes() >= 2
-                                  ? runtime::partition_count(job->prepared, options_.partition_bytes, options_.algorithm)
-                                  : 1;
+    // Every rank numbers its buffers alike, so lane l's communicator sees the same collectives everywhere: what
+    // decides parts and lanes comes from the negotiated signature, not from this rank's memory (a joined rank serves
+    // a CUDA tensor with host zeros, join.cc, and must still cut it and place it as the ranks that hold it do).
+    const bool device_tensor = !ready[group.members.front()].signature.device.is_cpu();
+    const std::size_t parts =
+        pipeline_->lanes() >= 2 && !device_tensor
+            ? runtime::partition_count(job->prepared, options_.partition_bytes, options_.algorithm)
+            : 1;
     if (parts > 1) {
       dispatch_parts(*job, parts);
       continue;
     }
-    // Every rank numbers its buffers alike, so lane l's communicator sees the same collectives everywhere. Rounds
-    // codecs keep state between their calls (one reduction of an instance at a time) and device buffers may use
-    // RuntimeOptions::device_comm (one thread): both always take lane 0.
-    const bool lane_zero = job->prepared.on_device || job->prepared.compressor->traits().rounds;
+    // Rounds codecs keep state between their calls (one reduction of an instance at a time) and device buffers may
+    // use RuntimeOptions::device_comm (one thread): both always take lane 0.
+    const bool lane_zero = device_tensor || job->prepared.compressor->traits().rounds;
     const int lane = lane_zero ? 0 : static_cast<int>(dispatched_ % static_cast<std::uint64_t>(pipeline_->lanes()));
     ++dispatched_;
     job->seq = buffer_seq_++;

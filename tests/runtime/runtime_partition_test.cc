@@ -136,12 +136,12 @@ TEST(Whole, SkipOtherCodecsOneLaneAndOffKeepTheTensorWhole) {
   }
 }
 
-// A NaN under nonfinite=raise in one part (on every rank) fails the tensor's handle once, naming the tensor; its
-// neighbours and the next steps run.
+// A NaN under nonfinite=raise in one part (on every rank) fails the tensor's handle once, naming the tensor; the
+// other parts are reduced, the part with the NaN is left as it was; its neighbours and the next steps run.
 TEST(Errors, APartsErrorFailsItsTensorOnceAndTheRuntimeGoesOn) {
   run_ranks(2, [&](Communicator& comm) {
     Runtime rt(comm, options_with(kPartBytes));
-    std::vector<float> big(100000, 1.0f), small(500, 2.0f);
+    std::vector<float> big(100000, static_cast<float>(comm.rank() + 1)), small(500, 2.0f);
     big[71234] = std::nanf("");
     const Handle hb = rt.allreduce_async("big.weight", TensorView::of(std::span<float>(big)), "fp16");
     const Handle hs = rt.allreduce_async("small.bias", TensorView::of(std::span<float>(small)), "fp16");
@@ -153,6 +153,9 @@ TEST(Errors, APartsErrorFailsItsTensorOnceAndTheRuntimeGoesOn) {
     }
     rt.wait(hs);
     EXPECT_FLOAT_EQ(small[0], 2.0f);
+    EXPECT_FLOAT_EQ(big[0], 1.5f) << "part 0 has no NaN: it is reduced";
+    EXPECT_FLOAT_EQ(big[71233], static_cast<float>(comm.rank() + 1)) << "the part with the NaN is left as it was";
+    EXPECT_TRUE(std::isnan(big[71234]));
     const RuntimeStats stats = rt.stats();
     EXPECT_EQ(stats.tensors, 2u) << "the parted tensor completed more than once";
     for (int step = 0; step < 2; ++step) {
