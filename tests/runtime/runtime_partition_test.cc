@@ -14,7 +14,9 @@
 #include <fmt/format.h>
 
 #include "gradcomp/error.h"
+#include "gradcomp/registry.h"
 #include "gradcomp/runtime.h"
+#include "src/runtime/partition.h"
 #include "tests/comm/local_harness.h"
 
 namespace gradcomp {
@@ -71,6 +73,53 @@ std::size_t buffers_of(const std::vector<BufferRecord>& buffers, std::size_t at_
   std::size_t count = 0;
   for (const BufferRecord& buffer : buffers) count += buffer.input_bytes >= at_least_bytes ? 1 : 0;
   return count;
+}
+
+// The plan alone: how many parts, and that the parts cover the tensor exactly, in order, as ranges of it.
+TEST(Plan, CountsAndRanges) {
+  std::vector<float> values(1000);
+  auto prepared_for = [&](Compressor& codec, std::size_t numel) {
+    runtime::Executor::Prepared prepared;
+    runtime::Executor::Member member;
+    member.name = "w";
+    member.tensor = TensorView::of(std::span<float>(values.data(), numel));
+    member.step = 3;
+    prepared.members = {member};
+    prepared.group.numel = numel;
+    prepared.group.bytes = numel * sizeof(float);
+    prepared.group.offsets = {0};
+    prepared.compressor = &codec;
+    return prepared;
+  };
+  auto none = make_compressor("none");
+  const auto whole = prepared_for(*none, 1000);
+  EXPECT_EQ(runtime::partition_count(whole, 0, AllreduceAlgorithm::kAuto), 1u) << "0 = off";
+  EXPECT_EQ(runtime::partition_count(whole, 2001, AllreduceAlgorithm::kAuto), 1u) << "under twice the part size";
+  EXPECT_EQ(runtime::partition_count(whole, 2000, AllreduceAlgorithm::kAuto), 2u);
+  EXPECT_EQ(runtime::partition_count(whole, 1000, AllreduceAlgorithm::kAuto), 4u);
+  EXPECT_EQ(runtime::partition_count(whole, 999, AllreduceAlgorithm::kAuto), 5u) << "ceil(4000 / 999)";
+  EXPECT_EQ(runtime::partition_count(whole, 1, AllreduceAlgorithm::kAuto), 1000u) << "at most one element a part";
+  EXPECT_EQ(runtime::partition_count(whole, 1000, AllreduceAlgorithm::kAllgather), 1u) << "not the dense algorithm";
+  for (const char* spec : {"fp16:nonfinite=skip", "topk:ratio=0.1", "qsgd:bits=4"}) {
+    auto codec = make_compressor(spec);
+    EXPECT_EQ(runtime::partition_count(prepared_for(*codec, 1000), 1000, AllreduceAlgorithm::kAuto), 1u) << spec;
+  }
+  const std::size_t count = runtime::partition_count(whole, 999, AllreduceAlgorithm::kAuto);
+  std::size_t next = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto part = runtime::partition_part(whole, i, count);
+    ASSERT_EQ(part.members.size(), 1u);
+    const auto& member = part.members[0];
+    EXPECT_EQ(member.start, next) << "part " << i;
+    EXPECT_EQ(member.total, 1000u);
+    EXPECT_EQ(member.step, 3u) << "the tensor's step, once";
+    EXPECT_EQ(member.tensor.data(), static_cast<void*>(values.data() + next));
+    EXPECT_EQ(part.group.numel, member.tensor.numel());
+    EXPECT_EQ(part.record.input_bytes, member.tensor.bytes());
+    EXPECT_EQ(runtime::partition_count(part, 1, AllreduceAlgorithm::kAuto), 1u) << "a part is not cut again";
+    next += member.tensor.numel();
+  }
+  EXPECT_EQ(next, 1000u);
 }
 
 class Parts : public ::testing::TestWithParam<int> {};
