@@ -272,11 +272,15 @@ void Runtime::Impl::execute(const std::vector<runtime::ReadyTensor>& ready, Cloc
     // Rounds codecs keep state between their calls (one reduction of an instance at a time) and device buffers may
     // use RuntimeOptions::device_comm (one thread): both always take lane 0.
     const bool lane_zero = device_tensor || job->prepared.compressor->traits().rounds;
-    const int lane = lane_zero ? 0 : static_cast<int>(dispatched_ % static_cast<std::uint64_t>(pipeline_->lanes()));
-    ++dispatched_;
+    const int lane = next_lane(lane_zero);
     job->seq = buffer_seq_++;
     pipeline_->submit(lane, [this, job](runtime::Pipeline::Lane& on) { run_job(*job, on); });
   }
+}
+
+int Runtime::Impl::next_lane(bool lane_zero) {
+  const auto turn = dispatched_++;
+  return lane_zero ? 0 : static_cast<int>(turn % static_cast<std::uint64_t>(pipeline_->lanes()));
 }
 
 void Runtime::Impl::dispatch_parts(Job& job, std::size_t parts) {
@@ -290,9 +294,7 @@ void Runtime::Impl::dispatch_parts(Job& job, std::size_t parts) {
     part->prepared = runtime::partition_part(job.prepared, i, parts);
     part->whole = whole;
     part->seq = buffer_seq_++;
-    const int lane = static_cast<int>(dispatched_ % static_cast<std::uint64_t>(pipeline_->lanes()));
-    ++dispatched_;
-    pipeline_->submit(lane, [this, part](runtime::Pipeline::Lane& on) { run_job(*part, on); });
+    pipeline_->submit(next_lane(false), [this, part](runtime::Pipeline::Lane& on) { run_job(*part, on); });
   }
 }
 

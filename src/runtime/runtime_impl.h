@@ -156,6 +156,9 @@ class Runtime::Impl {
     std::shared_ptr<Parts> whole;  // set for a part: requests is empty
     std::uint64_t seq = 0;  // buffer number on this rank (stats keep buffers in this order)
   };
+  // The lane of the next buffer handed to the pipeline: lane 0 when `lane_zero`, else the buffers' turn (counted
+  // alike on every rank, lane-zero buffers included) modulo the lane count (cycle.cc).
+  int next_lane(bool lane_zero);
   // Hands `job`'s tensor to the lanes in `parts` parts (cycle.cc).
   void dispatch_parts(Job& job, std::size_t parts);
   // Runs `job` on a lane and completes its requests (cycle.cc).
