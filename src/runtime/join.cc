@@ -50,7 +50,8 @@ void Runtime::Impl::add_join_zeros(const std::vector<runtime::ReadyTensor>& read
       auto it = scopes_.find(signature.scope);
       if (it != scopes_.end()) request.compressor = it->second;
     }
-    request.tensor = TensorView(zeros->data(), signature.numel, signature.dtype, Device::cpu());
+    request.tensor = TensorView(zeros->data(), signature.numel, signature.dtype, Device::cpu())
+                         .with_rows(static_cast<std::size_t>(signature.rows));
     request.signature = signature;
     request.signature.device = Device::cpu();
     // The callback owns the zeros until the request completes (on a pipeline lane, after this cycle).

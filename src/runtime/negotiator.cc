@@ -25,6 +25,7 @@ void put_signature(ByteWriter& writer, const Signature& signature) {
   writer.put_string(signature.spec);
   writer.put<std::uint8_t>(static_cast<std::uint8_t>(signature.op));
   writer.put_string(signature.scope);
+  writer.put<std::uint64_t>(signature.rows);
 }
 
 Signature get_signature(ByteReader& reader) {
@@ -36,6 +37,7 @@ Signature get_signature(ByteReader& reader) {
   signature.spec = reader.get_string();
   signature.op = static_cast<ReduceOp>(reader.get<std::uint8_t>());
   signature.scope = reader.get_string();
+  signature.rows = reader.get<std::uint64_t>();
   return signature;
 }
 
@@ -51,7 +53,8 @@ void for_each_bit(std::uint64_t word, std::size_t w, Fn&& fn) {
 }  // namespace
 
 std::string Signature::describe() const {
-  return fmt::format("{}[{}] on {}, spec {}, op {}{}", dtype_name(dtype), numel, device_name(device), spec,
+  const std::string shape = rows == 0 ? fmt::format("{}", numel) : fmt::format("{}x{}", rows, numel / rows);
+  return fmt::format("{}[{}] on {}, spec {}, op {}{}", dtype_name(dtype), shape, device_name(device), spec,
                      reduce_op_name(op), scope.empty() ? std::string() : fmt::format(", scope {}", scope));
 }
 

@@ -42,6 +42,9 @@ struct Signature {
   std::string spec;  // canonical spec or "auto"
   ReduceOp op = ReduceOp::kAverage;  // kSum or kAverage, per request
   std::string scope = {};  // the submitter's namespace (SubmitOptions::scope); "" = the runtime's own codecs
+  // The tensor's first dimension when it has two or more (TensorView::rows(), 0 for a vector): shape-aware codecs
+  // (PowerSGD) size their rounds by it, so a joined rank's zeros must carry it too.
+  std::uint64_t rows = 0;
 
   friend bool operator==(const Signature&, const Signature&) = default;
   // "f32[2560] on cpu, spec none, op average".

@@ -64,7 +64,7 @@ std::uint64_t Runtime::Impl::enqueue(std::string_view user_name, const TensorVie
   request.step = submit.step.value_or(kStepOfCall);
   request.signature = {tensor.numel(), tensor.dtype(), tensor.device(),
                        submit.compressor != nullptr ? resolved : canonical(resolved), reduce,
-                       std::string(submit.scope)};
+                       std::string(submit.scope), tensor.rows()};
   check_servable(name, tensor, request.signature.spec, submit.compressor);
   request.callback = std::move(callback);
   request.enqueued = Clock::now();

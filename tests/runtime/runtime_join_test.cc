@@ -115,6 +115,33 @@ TEST(RuntimeJoin, JoinedRanksServeAnOwnersScope) {
   });
 }
 
+// A shape-aware codec (PowerSGD compresses the rows x cols matrix, and sizes its rounds by it) is served with zeros
+// of the same matrix: the others' results equal those of a run in which rank 0 submits that matrix of zeros itself.
+TEST(RuntimeJoin, JoinedRanksServeTheMatrixOfAShapeAwareCodec) {
+  constexpr std::size_t kRows = 12;
+  const auto run = [&](bool rank0_joins) {
+    std::vector<std::vector<float>> out(3);
+    run_ranks(3, [&](Communicator& comm) {
+      Runtime rt(comm, join_options(0));
+      std::vector<float> x(kNumel, 0.0f);
+      if (comm.rank() != 0) {
+        for (std::size_t i = 0; i < kNumel; ++i) x[i] = value_of(comm.rank(), 0, 0, i);
+      }
+      if (comm.rank() != 0 || !rank0_joins) {
+        rt.wait(rt.allreduce_async("w", TensorView::of(std::span<float>(x)).with_rows(kRows),
+                                   SubmitOptions{.spec = "powersgd:rank=2"}));
+      }
+      rt.join();
+      out[static_cast<std::size_t>(comm.rank())] = x;
+    });
+    return out;
+  };
+  const auto joined = run(true);
+  const auto submitted = run(false);
+  for (std::size_t r : {1u, 2u}) EXPECT_EQ(joined[r], submitted[r]) << "rank " << r;
+  EXPECT_NE(submitted[1], std::vector<float>(kNumel, 0.0f));
+}
+
 TEST(RuntimeJoin, NamesFirstSubmittedAfterAJoinAreNegotiated) {
   // Rank 0 joins before anything was submitted: the others' names are new (announced) and run without it.
   JoinResults joined(3);
