@@ -217,6 +217,13 @@ def check_join(rank, size):
         _eq(avg, total / size, "allreduce while rank 0 is joined")
         isum = hvd.allreduce(_x(rank, torch.int64), op=hvd.Sum)
         _eq(isum, sum((_x(r, torch.int64) for r in range(2, size)), _x(1, torch.int64)), "int Sum while joined")
+        # allreduce(compression=...): on the mpi and torch backends (and for a codec the runtime does not negotiate)
+        # the joined rank learns codec, name and shape from the control round; a lost shape fails PowerSGD's check.
+        for spec in ("fp16", "topk:ratio=1.0"):
+            got = hvd.allreduce(x, compression=spec, name=f"joined.{spec}", op=hvd.Sum)
+            _eq(got, sum((_x(r) for r in range(2, size)), _x(1)), f"allreduce(compression={spec!r}) while joined")
+        low = hvd.allreduce(_x(rank, shape=(6, 4)), compression="powersgd:rank=1", name="joined.powersgd")
+        assert low.shape == (6, 4) and bool(torch.isfinite(low).all()), "powersgd allreduce while joined"
         last = hvd.join()
     assert last != 0, f"join() returned {last}, the first rank to join"
     assert hvd.join() == size - 1  # every rank joins at once: the highest

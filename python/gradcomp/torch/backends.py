@@ -106,6 +106,11 @@ class _Backend:
         """The fusion runtime, or None on a backend without one."""
         return _ctx.runtime
 
+    def negotiates(self, comp):
+        """Whether allreduce(comp, ...) over the world without a scope goes through a runtime that negotiates it (its
+        join then serves it; otherwise join_protocol's control round does)."""
+        return False
+
     def allreduce(self, comp, name, flat, step, op, process_set=None, scope=None, stats=None):
         """A compressed allreduce of `flat` in place, over the world or `process_set`'s communicator."""
         comm = _ctx.comm if process_set is None else process_set.communicator()
@@ -155,6 +160,9 @@ class _RuntimeBackend(_MpiBackend):
             _ctx.runtime.shutdown()
         _ctx.runtime = None
         _ctx.device_comm = None  # after the runtime that uses it
+
+    def negotiates(self, comp):
+        return _registered(comp.spec)
 
     def allreduce(self, comp, name, flat, step, op, process_set=None, scope=None, stats=None):
         if process_set is not None or (scope is None and not _registered(comp.spec)):

@@ -14,6 +14,7 @@ others' allreduces and optimizer steps with zeros (an Average still divides by t
 every rank has joined. join() returns the rank that joined last (of several joining in the same round, the
 highest)."""
 import itertools
+import json
 
 import torch
 
@@ -84,6 +85,28 @@ def _announce(t, op, name):
                                                   f"({str(t.dtype).replace('torch.', '')}[{t.numel()}], op {op})")
 
 
+def _announce_compressed(t, c, op, name):
+    dtype = _DTYPES.index(t.dtype) if t.dtype in _DTYPES else len(_DTYPES)
+    _join.announce_compressed([_join.COMPRESSED, dtype, t.numel(), _OPS.index(op), 0],
+                              f"a compressed allreduce of '{name}' ({str(t.dtype).replace('torch.', '')}[{t.numel()}], "
+                              f"'{c.spec}', op {op})",
+                              json.dumps({"spec": c.spec, "name": name, "shape": list(t.shape)}))
+
+
+def _replay_compressed(row):
+    """On a joined rank: take part in the others' allreduce(compression=...) of `row` with zeros, through the codec,
+    name and shape they share (join_protocol.announce_compressed)."""
+    said = next(text for text in _join.share("") if text)
+    what = json.loads(said)
+    if int(row[1]) >= len(_DTYPES):
+        raise InvalidArgument(f"join(): the other ranks run a compressed allreduce of '{what['name']}' in a dtype "
+                              "join() cannot serve")
+    c = compressor(what["spec"])
+    zeros = torch.zeros(what["shape"], dtype=_DTYPES[int(row[1])])
+    with _internal_errors():
+        _backend().allreduce(c, what["name"], _exchange_view(zeros, c), 0, _OPS[int(row[3])]).wait()
+
+
 def join(device=-1):
     """This rank has no more data: serve the other ranks' allreduces with zeros until every rank has joined; returns
     the rank that joined last."""
@@ -103,6 +126,9 @@ def join(device=-1):
         desc = _join.check_agreement(rows, "join()")[0]
         if int(desc[0]) == _join.STEP:
             _join.replay_step(desc)
+            continue
+        if int(desc[0]) == _join.COMPRESSED:
+            _replay_compressed(desc)
             continue
         zeros = torch.zeros(int(desc[2]), dtype=_DTYPES[int(desc[1])])
         _reduce(zeros, _OPS[int(desc[3])], 1.0, 1.0, global_process_set)
@@ -186,6 +212,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
                                   "global process set")
         out = _scale(tensor.detach().clone().contiguous(), prescale_factor)
         c = compressor(compression)
+        if _ctx.size > 1 and not _backend().negotiates(c):
+            _announce_compressed(out, c, op, name or "allreduce")
         with _internal_errors():
             _backend().allreduce(c, name or "allreduce", _exchange_view(out, c), 0, op).wait()
         return _scale(out, postscale_factor)

@@ -7,6 +7,9 @@ A row is int64[5]: (kind, a, b, c, d)
     ALLREDUCE  (1, dtype index, numel, op index, 0)          an allreduce of gradcomp.torch's functions
     STEP       (2, optimizer key, parameter count, 0, step)  a DistributedOptimizer's step; the key is a CRC-32 of
                                                              its parameter names in order (the same on every rank)
+    COMPRESSED (3, dtype index, numel, op index, 0)          allreduce(compression=...) where no runtime negotiates
+                                                             it; while some rank is joined, the codec spec, name and
+                                                             shape follow in one allgatherv (share())
 Ranks that are not joined must agree on (kind, a, b, c) (InvalidArgument on every rank otherwise, naming the tensor
 and the ranks of both sides); d is the step counter, which a joined rank takes over.
 
@@ -24,8 +27,9 @@ from .context import _ctx
 from .errors import _internal_errors
 from . import comm_ops as _ops
 
-JOINED, ALLREDUCE, STEP = 0, 1, 2
-_KINDS = {JOINED: "join()", ALLREDUCE: "an allreduce", STEP: "a DistributedOptimizer step"}
+JOINED, ALLREDUCE, STEP, COMPRESSED = 0, 1, 2, 3
+_KINDS = {JOINED: "join()", ALLREDUCE: "an allreduce", STEP: "a DistributedOptimizer step",
+          COMPRESSED: "a compressed allreduce"}
 
 _participants = []  # weak references to the global-set DistributedOptimizers, in creation order
 rounds = 0  # control rounds this process has run (the cost of join support; tests count it per step)
@@ -54,9 +58,24 @@ def check_agreement(rows, description):
                           f"{said[other]}")
 
 
+def announce_compressed(row, description, replay):
+    """Before a global-set allreduce(compression=...) that no runtime negotiates: the control round of `row`
+    (COMPRESSED), checked as check_agreement does; when some rank is joined, `replay` (what a joined rank needs to
+    take part: JSON of the codec spec, the name and the shape) follows in one allgatherv, only then."""
+    rows = control(row)
+    check_agreement(rows, description)
+    if bool((rows[:, 0] == JOINED).any()):
+        share(replay)
+
+
+def share(text):
+    """Every rank's `text`, in rank order (one allgatherv on the control round's channel; every rank calls it)."""
+    return _descriptions(text)
+
+
 def _descriptions(mine):
     """Every rank's description, on the control round's channel (only after a mismatch, which every rank sees)."""
-    gathered, sizes = _ops.allgatherv(torch.frombuffer(bytearray(mine.encode()), dtype=torch.uint8),
+    gathered, sizes = _ops.allgatherv(torch.tensor(list(mine.encode()), dtype=torch.uint8),
                                       _ctx.control_comm, "join protocol")
     ends = torch.tensor(sizes).cumsum(0).tolist()
     return [gathered[end - size:end].numpy().tobytes().decode() for end, size in zip(ends, sizes)]
