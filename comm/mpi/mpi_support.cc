@@ -73,6 +73,11 @@ void ensure_initialized() {
     if (!initialized) {
       const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &g_provided);
       if (rc != MPI_SUCCESS) throw CommError(fmt::format("MPI_Init_thread failed: {}", error_string(rc)));
+      // Open MPI reports an error of a non-blocking collective's request (a peer that sent more than this rank
+      // posted: MPI_ERR_TRUNCATE) through MPI_COMM_WORLD's handler, not the request's communicator's: with the default
+      // MPI_ERRORS_ARE_FATAL that aborts the job instead of becoming a CommError that names the operation. When
+      // MPI is the user's (initialized before us), the handler is theirs to choose (mpi4py sets this one too).
+      MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
       std::atexit(finalize_at_exit);
     } else {
       MPI_Query_thread(&g_provided);

@@ -10,6 +10,10 @@
 //   split  the last rank stops before a collective of a two-rank child {0, last}; rank 0 times out there, and rank 1,
 //          waiting in a world allreduce with a long timeout, must get CommError as soon as rank 0 fails (the family
 //          is broken on every rank), not at its own deadline.
+//   mismatch  rank 1 allgathers 16 bytes where the others allgather 8 (ranks that disagree on a collective's size):
+//          every rank prints its verdict (Open MPI must not abort the job through MPI_COMM_WORLD's fatal handler), a
+//          rank that received too much gets CommError naming MPI_ERR_TRUNCATE, and every rank's next call fails
+//          with CommError within the timeout.
 #include <signal.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -205,6 +209,26 @@ void split_family(Verdict& v, Communicator& world) {
   v.finish();
 }
 
+void mismatched_sizes(Verdict& v, Communicator& world) {
+  v.role = v.rank == 1 ? "oversender" : "receiver";
+  const std::size_t mine = v.rank == 1 ? 16 : 8;
+  std::vector<std::byte> in(mine), out(mine * static_cast<std::size_t>(v.size));
+  const Outcome first = run([&] { world.allgather(in, out); });
+  v.note("allgather", first);
+  if (first.kind != "ok") v.quote("allgather", first);
+  v.require(first.kind == "ok" || first.kind == "CommError" || first.kind == "Timeout",
+            "allgather gave " + first.kind + ": " + first.message);
+  v.require(first.kind != "CommError" || first.message.find("MPI_ERR_TRUNCATE") != std::string::npos ||
+                first.message.find("failed first") != std::string::npos,
+            "allgather's CommError names neither the truncation nor the first failure: " + first.message);
+  v.require(first.ms <= kTimeout.count() + kSlackMs, "allgather took " + std::to_string(first.ms) + " ms");
+  const Outcome next = run([&] { world.barrier(); });
+  v.note("next-barrier", next);
+  v.require(next.kind == "CommError", "the next barrier gave " + next.kind + ": " + next.message);
+  v.require(next.ms <= kTimeout.count() + kSlackMs, "the next barrier took " + std::to_string(next.ms) + " ms");
+  v.finish();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -219,6 +243,7 @@ int main(int argc, char** argv) {
   }
   if (scenario == "stop" || scenario == "kill") stop_or_kill(v, *world, scenario == "kill");
   if (scenario == "split") split_family(v, *world);
-  std::printf("FAIL rank %d: unknown scenario '%s' (stop, kill, split)\n", world->rank(), scenario.c_str());
+  if (scenario == "mismatch") mismatched_sizes(v, *world);
+  std::printf("FAIL rank %d: unknown scenario '%s' (stop, kill, split, mismatch)\n", world->rank(), scenario.c_str());
   return 1;
 }
