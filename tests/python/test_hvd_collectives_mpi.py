@@ -229,6 +229,20 @@ def check_join(rank, size):
     assert hvd.join() == size - 1  # every rank joins at once: the highest
 
 
+def check_join_rows(rank, size):
+    """A control round that was not one (a rank ran a collective join() does not serve) is named, not an IndexError."""
+    from gradcomp.torch import join_protocol
+    rows = torch.zeros(size, 5, dtype=torch.int64)
+    rows[:, 0] = join_protocol.ALLREDUCE
+    rows[size - 1] = torch.tensor([7, 123, -4, 99, 5])
+    try:
+        join_protocol.check_agreement(rows, "probe")
+    except gradcomp.InvalidArgument as e:
+        assert f"rank {size - 1}'s control row [7, 123, -4, 99, 5]" in str(e) and "does not serve" in str(e), str(e)
+    else:
+        raise AssertionError("a row of an unknown kind passed the join protocol's check")
+
+
 def _join_batch(step, r):
     g = torch.Generator().manual_seed(1000 * step + r)
     return torch.randn(6, 4, generator=g), torch.randn(6, 2, generator=g)
@@ -443,7 +457,7 @@ def check_topology(rank, size):
 def run_all():
     rank, size = hvd.rank(), hvd.size()
     torch.set_num_threads(1)
-    for check in (check_allreduce, check_gathers, check_objects, check_join, check_join_optimizer, check_join_cost,
+    for check in (check_allreduce, check_gathers, check_objects, check_join, check_join_rows, check_join_optimizer, check_join_cost,
                   check_init_process_sets, check_process_sets, check_topology, check_shape_mismatch):
         check(rank, size)
         hvd.barrier()

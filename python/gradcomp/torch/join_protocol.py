@@ -48,6 +48,7 @@ def check_agreement(rows, description):
     """The rows of the ranks that are not joined must be equal; returns those rows. Otherwise every rank (each sees
     the same rows) exchanges its `description` (what it is about to do, naming the tensor) and raises InvalidArgument
     naming both sides and their ranks, as gradcomp::check_agreement does."""
+    _check_rows(rows)
     active = [r for r in range(len(rows)) if int(rows[r, 0]) != JOINED]
     other = next((r for r in active if not bool((rows[r, :4] == rows[active[0], :4]).all())), None)
     if other is None:
@@ -56,6 +57,17 @@ def check_agreement(rows, description):
     raise InvalidArgument(f"gradcomp.torch: ranks disagree on the next global-set collective (seen on rank "
                           f"{_ctx.rank} of {_ctx.size}): rank {active[0]} has {said[active[0]]}, but rank {other} has "
                           f"{said[other]}")
+
+
+def _check_rows(rows):
+    """A row of an unknown kind means some rank's round was not a control round: while a rank was joined, the others
+    ran a collective join() does not serve, whose bytes landed here. InvalidArgument saying so, not an IndexError."""
+    bad = next((r for r in range(len(rows)) if int(rows[r, 0]) not in _KINDS), None)
+    if bad is not None:
+        raise InvalidArgument(f"gradcomp.torch join(): rank {bad}'s control row {rows[bad].tolist()} is not one join() "
+                              f"sends (seen on rank {_ctx.rank} of {_ctx.size}): while a rank is joined the others ran "
+                              "a collective join() does not serve (CompressedAdam, allgather, broadcast, alltoall, a "
+                              "process set's collectives, Adasum, the DDP hook)")
 
 
 def announce_compressed(row, description, replay):
