@@ -149,7 +149,7 @@ class _RuntimeBackend(_MpiBackend):
             raise CommError("gradcomp.torch.init(backend='runtime'): this build of gradcomp has no fusion runtime; "
                             "use backend='torch'")
         super().open(timeout_s)
-        # The runtime owns its communicator; broadcasts and metric allreduces use the world one.
+        # The runtime owns its communicator; broadcasts and the allreduces it does not take use the world one.
         _ctx.runtime_comm = _ctx.comm.split(0, _ctx.rank)
         _ctx.device_comm = _make_device_comm(_ctx.comm)
         _ctx.runtime = _C.Runtime(_ctx.runtime_comm, default_spec="none", op="average", timeout_s=timeout_s,

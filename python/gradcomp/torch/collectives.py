@@ -9,7 +9,8 @@ allreduce of the gradient, as in Horovod).
 
 join(): every allreduce on the global process set and every DistributedOptimizer step is preceded by a small control
 allgather (join_protocol.py: what is reduced, or which optimizer steps, or "joined"; on the runtime backend the
-optimizer's steps need none: the fusion runtime negotiates the join), so joined ranks serve the
+optimizer's steps and float32 Average/Sum allreduces need none: the fusion runtime negotiates them and the join),
+so joined ranks serve the
 others' allreduces and optimizer steps with zeros (an Average still divides by the world size, as in Horovod) until
 every rank has joined. join() returns the rank that joined last (of several joining in the same round, the
 highest)."""
@@ -172,8 +173,25 @@ def _allreduce_impl(tensor, op, prescale, postscale, process_set, name=None):
         adasum_allreduce_(out, process_set=None if ps is global_process_set else ps)
         return _scale(out, postscale)
     if ps is global_process_set:
+        if _runtime_takes(t, op):
+            return _runtime_reduce(t, op, prescale, postscale, name)
         _announce(t, op, name)
     return _reduce(t, op, prescale, postscale, ps)
+
+
+def _runtime_takes(t, op):
+    """Whether a global-set allreduce goes through the fusion runtime (runtime backend; float32 Average or Sum), as
+    Horovod sends every allreduce through its background thread: the runtime's negotiation checks the ranks agree
+    and carries join()'s flag, so it needs no control round."""
+    return _ctx.size > 1 and _ctx.runtime is not None and op in (Average, Sum) and t.dtype == torch.float32
+
+
+def _runtime_reduce(t, op, prescale, postscale, name):
+    out = _scale(t.clone(), prescale)
+    c = compressor("none")
+    with _internal_errors():
+        _backend().allreduce(c, name or f"allreduce.{t.numel()}", _exchange_view(out, c), 0, op).wait()
+    return _scale(out, postscale)
 
 
 class _Allreduce(torch.autograd.Function):

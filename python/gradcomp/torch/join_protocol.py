@@ -15,7 +15,8 @@ and the ranks of both sides); d is the step counter, which a joined rank takes o
 
 On the runtime backend a DistributedOptimizer's step (global set, C++ codec) has no control round: its gradients go
 through the fusion runtime, whose negotiation carries the joined flag (Runtime::join, docs/runtime.md), so join()
-runs the runtime's join beside this protocol's rounds (which then serve the plain allreduces alone)."""
+runs the runtime's join beside this protocol's rounds. So do the global set's float32 Average and Sum allreduces
+(collectives._runtime_takes); the rounds then serve the other allreduces alone."""
 import threading
 import weakref
 import zlib
