@@ -314,6 +314,12 @@ def check_join_cost(rank, size):
     assert join_protocol.rounds - before == expected, \
         f"{hvd.backend()} backend: a float32 Average allreduce ran {join_protocol.rounds - before} control rounds"
     before = join_protocol.rounds
+    ys = hvd.grouped_allreduce_([_x(rank), 2 * _x(rank), _x(rank, shape=(7,))], op=hvd.Sum, name="join_cost.grouped")
+    _eq(ys[1], 2 * sum(_x(r) for r in range(size)), "grouped_allreduce_ through the runtime")
+    assert join_protocol.rounds - before == (0 if hvd.backend() == "runtime" else 3), \
+        f"{hvd.backend()} backend: a grouped allreduce of three float32 tensors ran {join_protocol.rounds - before} " \
+        "control rounds"
+    before = join_protocol.rounds
     hvd.allreduce(_x(rank, torch.int64), op=hvd.Sum, name="join_cost.int")
     assert join_protocol.rounds - before == 1, "an integer allreduce runs one control round"
 

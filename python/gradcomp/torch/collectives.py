@@ -271,13 +271,38 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             process_set=global_process_set):
     _require_init()
     op = _check_reduce_op(op, average)
-    return _new_handle([_allreduce_impl(t, op, prescale_factor, postscale_factor, process_set, name)
-                        for t in tensors])
+    return _new_handle(_grouped_impl(tensors, op, prescale_factor, postscale_factor, process_set, name))
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=global_process_set):
-    return [allreduce_(t, average, name, op, prescale_factor, postscale_factor, process_set) for t in tensors]
+    """In place: each tensor becomes its reduction; returns the list."""
+    _require_init()
+    op = _check_reduce_op(op, average)
+    with torch.no_grad():
+        for t, result in zip(tensors, _grouped_impl(tensors, op, prescale_factor, postscale_factor, process_set,
+                                                    name)):
+            t.copy_(result)
+    return list(tensors)
+
+
+def _grouped_impl(tensors, op, prescale, postscale, process_set, name):
+    """Each tensor's reduction. On the runtime backend, when it takes them all (_runtime_takes, on the transport
+    device), they are submitted together and waited for together: one negotiation, fused, one cycle's latency."""
+    ts = [t.detach().contiguous() for t in tensors]
+    dev = _ops.transport_device()
+    if len(ts) < 2 or _resolve(process_set) is not global_process_set or \
+            not all(_runtime_takes(t, op) and t.device == dev for t in ts):
+        return [_allreduce_impl(t, op, prescale, postscale, process_set, name) for t in ts]
+    outs = [_scale(t.clone(), prescale) for t in ts]
+    c = compressor("none")
+    base = name or "grouped_allreduce"
+    with _internal_errors():
+        handles = [_backend().allreduce(c, f"{base}.{i}", _exchange_view(out, c), 0, op)
+                   for i, out in enumerate(outs)]
+        for handle in handles:
+            handle.wait()
+    return [_scale(out, postscale) for out in outs]
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
