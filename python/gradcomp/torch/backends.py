@@ -165,7 +165,7 @@ class _RuntimeBackend(_MpiBackend):
         return _registered(comp.spec)
 
     def allreduce(self, comp, name, flat, step, op, process_set=None, scope=None, stats=None):
-        if process_set is not None or (scope is None and not _registered(comp.spec)):
+        if process_set is not None or (scope is None and not self.negotiates(comp)):
             # The fusion runtime runs on the world: a process set's tensors take its own communicator; so does a
             # Horovod-style codec object passed without an owner (no registered spec the runtime could build).
             return super().allreduce(comp, name, flat, step, op, process_set)

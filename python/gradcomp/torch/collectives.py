@@ -174,7 +174,7 @@ def _allreduce_impl(tensor, op, prescale, postscale, process_set, name=None):
         return _scale(out, postscale)
     if ps is global_process_set:
         if _runtime_takes(t, op):
-            return _runtime_reduce(t, op, prescale, postscale, name)
+            return _runtime_reduce([t], op, prescale, postscale, [name or f"allreduce.{t.numel()}"])[0]
         _announce(t, op, name)
     return _reduce(t, op, prescale, postscale, ps)
 
@@ -186,12 +186,16 @@ def _runtime_takes(t, op):
     return _ctx.size > 1 and _ctx.runtime is not None and op in (Average, Sum) and t.dtype == torch.float32
 
 
-def _runtime_reduce(t, op, prescale, postscale, name):
-    out = _scale(t.clone(), prescale)
+def _runtime_reduce(tensors, op, prescale, postscale, names):
+    """The reductions of `tensors` (each one _runtime_takes) through the runtime, submitted together and waited for
+    together: one negotiation, fused, one cycle's latency."""
+    outs = [_scale(t.clone(), prescale) for t in tensors]
     c = compressor("none")
     with _internal_errors():
-        _backend().allreduce(c, name or f"allreduce.{t.numel()}", _exchange_view(out, c), 0, op).wait()
-    return _scale(out, postscale)
+        handles = [_backend().allreduce(c, name, _exchange_view(out, c), 0, op) for name, out in zip(names, outs)]
+        for handle in handles:
+            handle.wait()
+    return [_scale(out, postscale) for out in outs]
 
 
 class _Allreduce(torch.autograd.Function):
@@ -287,22 +291,15 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 
 def _grouped_impl(tensors, op, prescale, postscale, process_set, name):
-    """Each tensor's reduction. On the runtime backend, when it takes them all (_runtime_takes, on the transport
-    device), they are submitted together and waited for together: one negotiation, fused, one cycle's latency."""
+    """Each tensor's reduction; on the runtime backend, when it takes them all (on the transport device), in one
+    _runtime_reduce."""
     ts = [t.detach().contiguous() for t in tensors]
     dev = _ops.transport_device()
     if len(ts) < 2 or _resolve(process_set) is not global_process_set or \
             not all(_runtime_takes(t, op) and t.device == dev for t in ts):
         return [_allreduce_impl(t, op, prescale, postscale, process_set, name) for t in ts]
-    outs = [_scale(t.clone(), prescale) for t in ts]
-    c = compressor("none")
     base = name or "grouped_allreduce"
-    with _internal_errors():
-        handles = [_backend().allreduce(c, f"{base}.{i}", _exchange_view(out, c), 0, op)
-                   for i, out in enumerate(outs)]
-        for handle in handles:
-            handle.wait()
-    return [_scale(out, postscale) for out in outs]
+    return _runtime_reduce(ts, op, prescale, postscale, [f"{base}.{i}" for i in range(len(ts))])
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
