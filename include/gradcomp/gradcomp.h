@@ -6,6 +6,7 @@
 #include "gradcomp/compressor.h"
 #include "gradcomp/config.h"
 #include "gradcomp/error.h"
+#include "gradcomp/mailbox.h"
 #include "gradcomp/registry.h"
 #include "gradcomp/runtime.h"
 #include "gradcomp/tensor.h"

@@ -21,6 +21,7 @@
 #include "allreduce_args.h"
 #include "gradcomp/collectives.h"
 #include "gradcomp/communicator.h"
+#include "gradcomp/mailbox.h"
 #include "gradcomp/runtime.h"
 
 namespace nb = nanobind;
@@ -123,6 +124,37 @@ void init_comm(nb::module_& m) {
         return make_mpi_world_communicator(options);
       },
       "timeout_s"_a = 60.0);
+  nb::class_<Mailbox>(m, "Mailbox", "Short notes between the ranks, outside every collective (hvd.join()).")
+      .def_prop_ro("rank", &Mailbox::rank)
+      .def_prop_ro("size", &Mailbox::size)
+      .def(
+          "send",
+          [](Mailbox& box, int peer, nb::bytes note) {
+            const auto* data = reinterpret_cast<const std::byte*>(note.c_str());
+            const std::span<const std::byte> bytes(data, note.size());
+            nb::gil_scoped_release release;
+            box.send(peer, bytes);
+          },
+          "peer"_a, "note"_a, "Sends `note` (at most 4096 bytes) to rank `peer`.")
+      .def(
+          "receive",
+          [](Mailbox& box, double wait_s) -> nb::object {
+            std::optional<Note> note;
+            {
+              nb::gil_scoped_release release;
+              note = box.receive(std::chrono::milliseconds(static_cast<long long>(wait_s * 1000)));
+            }
+            if (!note) return nb::none();
+            return nb::make_tuple(note->from, nb::bytes(reinterpret_cast<const char*>(note->bytes.data()),
+                                                        note->bytes.size()));
+          },
+          "wait_s"_a, "(sender, bytes) of the next note, waiting at most wait_s; None when none came.");
+  m.def(
+      "make_mpi_world_mailbox",
+      [](double timeout_s) {
+        return make_mpi_world_mailbox(std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000)));
+      },
+      "timeout_s"_a = 60.0, "A Mailbox over a duplicate of MPI_COMM_WORLD (collective over the world).");
   m.attr("has_nccl") = static_cast<bool>(GRADCOMP_WITH_NCCL);
   m.attr("has_cuda") = static_cast<bool>(GRADCOMP_WITH_CUDA);  // hvd.cuda_built()
   m.def(
