@@ -29,7 +29,7 @@ import torch.distributed as dist
 from .. import _gradcomp as _C
 from .._compressors import InvalidArgument
 from .._gradcomp import CommError
-from . import exchange
+from . import exchange, join_notes
 from .context import _ctx, _env_int, _require_init
 
 NAMES = ("runtime", "mpi", "torch")
@@ -88,6 +88,7 @@ class _Backend:
 
     def close(self):
         """Releases what open() made (the context is reset by the caller)."""
+        _close_notes()
 
     def at_exit(self):
         """What the backend needs before the teardown at interpreter exit."""
@@ -131,6 +132,9 @@ class _MpiBackend(_Backend):
         _ctx.comm = _C.make_mpi_world_communicator(timeout_s)
         _ctx.control_comm = _ctx.comm
         _ctx.rank, _ctx.size = _ctx.comm.rank, _ctx.comm.size
+        if _ctx.size > 1:
+            transport = join_notes.MpiTransport(_C.make_mpi_world_mailbox(timeout_s))
+            _ctx.notes = join_notes.Notes(transport, _ctx.rank, _ctx.size, timeout_s)
 
 
 class _RuntimeHandle:
@@ -156,6 +160,7 @@ class _RuntimeBackend(_MpiBackend):
                                   device_comm=_ctx.device_comm)
 
     def close(self):
+        _close_notes()
         if _ctx.runtime is not None:
             _ctx.runtime.shutdown()
         _ctx.runtime = None
@@ -170,6 +175,8 @@ class _RuntimeBackend(_MpiBackend):
             # Horovod-style codec object passed without an owner (no registered spec the runtime could build).
             return super().allreduce(comp, name, flat, step, op, process_set)
         stream = torch.cuda.current_stream(flat.device).cuda_stream if flat.is_cuda else 0
+        if _ctx.notes is not None:
+            _ctx.notes.tally()  # orders the joins (join_notes.py): the runtime's join serves this tensor
         # The op travels with the request: the runtime sums a Sum (never an average scaled back, which loses bits)
         # and fuses only requests of the same op.
         if scope is not None:
@@ -178,6 +185,18 @@ class _RuntimeBackend(_MpiBackend):
         else:
             handle = _ctx.runtime.allreduce_async(name, flat, comp.spec, stream, op=op)
         return _RuntimeHandle(handle, flat, comp)
+
+
+def _close_notes():
+    """Ends join's notes (every rank closes: on gloo each ends the next rank's listener); True when the listener
+    ended (its group may then be destroyed)."""
+    notes, _ctx.notes = _ctx.notes, None
+    if notes is None:
+        return True
+    try:
+        return notes.close()
+    except Exception:  # a peer already gone: the listener ends with the process
+        return False
 
 
 def _registered(spec):
@@ -225,11 +244,18 @@ class _TorchBackend(_Backend):
             # worker's collectives on the default group (which run on another thread).
             _ctx.control_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
             _ctx.control_comm = _torch_comm(_ctx.control_group)
+            _ctx.notes_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout_s))
+            transport = join_notes.GlooTransport(_ctx.notes_group, _ctx.rank, _ctx.size)
+            _ctx.notes = join_notes.Notes(transport, _ctx.rank, _ctx.size, timeout_s)
 
     def close(self):
-        if _ctx.control_group is not None and dist.is_initialized() and not _ctx.owns_process_group:
+        notes_ended = _close_notes()
+        groups = [_ctx.control_group] + ([_ctx.notes_group] if notes_ended else [])
+        for group in groups:
+            if group is None or not dist.is_initialized() or _ctx.owns_process_group:
+                continue
             try:
-                dist.destroy_process_group(_ctx.control_group)
+                dist.destroy_process_group(group)
             except Exception:  # torch versions that cannot destroy a subgroup: it ends with the default group
                 pass
         if _ctx.owns_process_group and dist.is_initialized():

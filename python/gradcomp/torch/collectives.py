@@ -7,15 +7,12 @@ Collectives run when called: an async call returns a handle whose result is read
 table and synchronize() are Horovod's. allreduce is an autograd Function (the gradient of an allreduce is the same
 allreduce of the gradient, as in Horovod).
 
-join(): every allreduce on the global process set and every DistributedOptimizer step is preceded by a small control
-allgather (join_protocol.py: what is reduced, or which optimizer steps, or "joined"; on the runtime backend the
-optimizer's steps and float32 Average/Sum allreduces need none: the fusion runtime negotiates them and the join),
-so joined ranks serve the
-others' allreduces and optimizer steps with zeros (an Average still divides by the world size, as in Horovod) until
-every rank has joined. join() returns the rank that joined last (of several joining in the same round, the
-highest)."""
+join(): a joined rank serves the others' global-set allreduces and DistributedOptimizer steps with zeros (an Average
+still divides by the world size, as in Horovod) until every rank has joined; it learns each operation from notes the
+others send it only once it has joined (join_notes.py), so join costs nothing while no rank is joined. join() returns
+the rank that joined last (of several joining at the same point, the highest)."""
+import contextlib
 import itertools
-import json
 
 import torch
 
@@ -79,60 +76,50 @@ def synchronize(handle):
 
 
 # ---- join ----
-def _announce(t, op, name):
-    if _ctx.size > 1:
-        row = [_join.ALLREDUCE, _DTYPES.index(t.dtype), t.numel(), _OPS.index(op), 0]
-        _join.check_agreement(_join.control(row), f"an allreduce of '{name or 'allreduce'}' "
-                                                  f"({str(t.dtype).replace('torch.', '')}[{t.numel()}], op {op})")
+def _agree(t, op, name):
+    """The control round of a global-set allreduce: the ranks agree on what they reduce (join_protocol)."""
+    row = [_join.ALLREDUCE, _DTYPES.index(t.dtype), t.numel(), _OPS.index(op), 0]
+    _join.check_agreement(_join.control(row), f"an allreduce of '{name or 'allreduce'}' "
+                                              f"({str(t.dtype).replace('torch.', '')}[{t.numel()}], op {op})")
 
 
-def _announce_compressed(t, c, op, name):
+def _agree_compressed(t, c, op, name):
     dtype = _DTYPES.index(t.dtype) if t.dtype in _DTYPES else len(_DTYPES)
-    _join.announce_compressed([_join.COMPRESSED, dtype, t.numel(), _OPS.index(op), 0],
-                              f"a compressed allreduce of '{name}' ({str(t.dtype).replace('torch.', '')}[{t.numel()}], "
-                              f"'{c.spec}', op {op})",
-                              json.dumps({"spec": c.spec, "name": name, "shape": list(t.shape)}))
+    _join.check_agreement(_join.control([_join.COMPRESSED, dtype, t.numel(), _OPS.index(op), 0]),
+                          f"a compressed allreduce of '{name}' ({str(t.dtype).replace('torch.', '')}[{t.numel()}], "
+                          f"'{c.spec}', op {op})")
 
 
-def _replay_compressed(row):
-    """On a joined rank: take part in the others' allreduce(compression=...) of `row` with zeros, through the codec,
-    name and shape they share (join_protocol.announce_compressed)."""
-    said = next(text for text in _join.share("") if text)
-    what = json.loads(said)
-    if int(row[1]) >= len(_DTYPES):
-        raise InvalidArgument(f"join(): the other ranks run a compressed allreduce of '{what['name']}' in a dtype "
-                              "join() cannot serve")
-    c = compressor(what["spec"])
-    zeros = torch.zeros(what["shape"], dtype=_DTYPES[int(row[1])])
+def _replay(note):
+    """On a joined rank: take part with zeros in the operation of an OP note (join_notes.py)."""
+    kind = note["k"]
+    if kind in ("grad", "sparse"):
+        _join.replay_step(note)
+        return
+    _join.check_agreement(_join.control([_join.JOINED, 0, 0, 0, 0]), "join()")
+    if note["dtype"] >= len(_DTYPES):
+        raise InvalidArgument(f"join(): the other ranks reduce '{note.get('name', 'allreduce')}' in a dtype join() "
+                              "cannot serve")
+    dtype, op = _DTYPES[note["dtype"]], _OPS[note["op"]]
+    if kind == "allreduce":
+        _reduce(torch.zeros(note["numel"], dtype=dtype), op, 1.0, 1.0, global_process_set)
+        return
+    c = compressor(note["spec"])
+    zeros = torch.zeros(note["shape"], dtype=dtype)
     with _internal_errors():
-        _backend().allreduce(c, what["name"], _exchange_view(zeros, c), 0, _OPS[int(row[3])]).wait()
+        _backend().allreduce(c, note["name"], _exchange_view(zeros, c), 0, op).wait()
 
 
 def join(device=-1):
-    """This rank has no more data: serve the other ranks' allreduces with zeros until every rank has joined; returns
-    the rank that joined last."""
+    """This rank has no more data: serve the other ranks' allreduces and optimizer steps with zeros until every rank
+    has joined; returns the rank that joined last."""
     _require_init()
     if _ctx.size == 1:
         return 0
     runtime_join = _join.RuntimeJoin()  # runtime backend: the optimizers' steps, negotiated by the fusion runtime
-    before = set()
-    while True:
-        rows = _join.control([_join.JOINED, 0, 0, 0, 0])
-        joined = {r for r in range(_ctx.size) if int(rows[r, 0]) == _join.JOINED}
-        if len(joined) == _ctx.size:
-            runtime_join.wait()
-            new = joined - before
-            return max(new) if new else _ctx.size - 1
-        before = joined
-        desc = _join.check_agreement(rows, "join()")[0]
-        if int(desc[0]) == _join.STEP:
-            _join.replay_step(desc)
-            continue
-        if int(desc[0]) == _join.COMPRESSED:
-            _replay_compressed(desc)
-            continue
-        zeros = torch.zeros(int(desc[2]), dtype=_DTYPES[int(desc[1])])
-        _reduce(zeros, _OPS[int(desc[3])], 1.0, 1.0, global_process_set)
+    last = _ctx.notes.join(_replay, idle_check=runtime_join.check)
+    runtime_join.wait()
+    return last
 
 
 def barrier(process_set=global_process_set):
@@ -175,7 +162,11 @@ def _allreduce_impl(tensor, op, prescale, postscale, process_set, name=None):
     if ps is global_process_set:
         if _runtime_takes(t, op):
             return _runtime_reduce([t], op, prescale, postscale, [name or f"allreduce.{t.numel()}"])[0]
-        _announce(t, op, name)
+        if _ctx.size > 1:
+            with _join.served({"k": "allreduce", "dtype": _DTYPES.index(t.dtype), "numel": t.numel(),
+                               "op": _OPS.index(op)}):
+                _agree(t, op, name)
+                return _reduce(t, op, prescale, postscale, ps)
     return _reduce(t, op, prescale, postscale, ps)
 
 
@@ -234,10 +225,15 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
                                   "global process set")
         out = _scale(tensor.detach().clone().contiguous(), prescale_factor)
         c = compressor(compression)
-        if _ctx.size > 1 and not _backend().negotiates(c):
-            _announce_compressed(out, c, op, name or "allreduce")
-        with _internal_errors():
-            _backend().allreduce(c, name or "allreduce", _exchange_view(out, c), 0, op).wait()
+        name = name or "allreduce"
+        served = _ctx.size > 1 and not _backend().negotiates(c)
+        dtype = _DTYPES.index(out.dtype) if out.dtype in _DTYPES else len(_DTYPES)
+        with _join.served({"k": "compressed", "dtype": dtype, "spec": c.spec, "name": name, "shape": list(out.shape),
+                           "op": _OPS.index(op)}) if served else contextlib.nullcontext():
+            if served:
+                _agree_compressed(out, c, op, name)
+            with _internal_errors():
+                _backend().allreduce(c, name, _exchange_view(out, c), 0, op).wait()
         return _scale(out, postscale_factor)
     return _Allreduce.apply(tensor, op, prescale_factor, postscale_factor, process_set, name)
 

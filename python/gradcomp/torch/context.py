@@ -20,6 +20,8 @@ class _Context:
         self.local_size = 1
         self.owns_process_group = False
         self.control_group = None  # torch backend: the gloo group under control_comm
+        self.notes = None  # join_notes.Notes: how a joined rank learns what to serve (None on one rank)
+        self.notes_group = None  # torch backend: the gloo group the notes travel on
         self.scopes = 0  # owner scopes handed out (new_scope): the same sequence on every rank
 
 

@@ -1,22 +1,16 @@
-"""The control round behind hvd.join(): before each global-set allreduce of gradcomp.torch's functions and before
-each DistributedOptimizer step's gradient exchange, every rank says in one 40-byte allgather what it is about to do,
-so that ranks that have joined (no more data) can take part with zeros until every rank has joined.
+"""hvd.join()'s protocol: which operations a joined rank serves, and how (join_notes.py says how it learns of them).
 
-A row is int64[5]: (kind, a, b, c, d)
-    JOINED     (0, 0, 0, 0, 0)                               this rank is in join()
-    ALLREDUCE  (1, dtype index, numel, op index, 0)          an allreduce of gradcomp.torch's functions
-    STEP       (2, optimizer key, parameter count, 0, step)  a DistributedOptimizer's step; the key is a CRC-32 of
-                                                             its parameter names in order (the same on every rank)
-    COMPRESSED (3, dtype index, numel, op index, 0)          allreduce(compression=...) where no runtime negotiates
-                                                             it; while some rank is joined, the codec spec, name and
-                                                             shape follow in one allgatherv (share())
-Ranks that are not joined must agree on (kind, a, b, c) (InvalidArgument on every rank otherwise, naming the tensor
-and the ranks of both sides); d is the step counter, which a joined rank takes over.
+A joined rank serves, with zeros, the global-set operations the others run: an allreduce of gradcomp.torch's
+functions, allreduce(compression=...) where no runtime negotiates it, and each gradient's exchange of a
+DistributedOptimizer step (the runtime backend's fusion runtime negotiates its steps and float32 Average/Sum
+allreduces itself, and Runtime.join() serves them: RuntimeJoin, beside the notes). Each is begun with served(), whose
+descriptor tells a joined rank how to replay it; nothing is sent while no rank is joined.
 
-On the runtime backend a DistributedOptimizer's step (global set, C++ codec) has no control round: its gradients go
-through the fusion runtime, whose negotiation carries the joined flag (Runtime::join, docs/runtime.md), so join()
-runs the runtime's join beside this protocol's rounds. So do the global set's float32 Average and Sum allreduces
-(collectives._runtime_takes); the rounds then serve the other allreduces alone."""
+The plain and compressed allreduces also check, in one 40-byte control round, that the ranks agree on what they
+reduce (check_agreement: InvalidArgument naming the tensor and both ranks otherwise); a joined rank takes part in it
+with a JOINED row. A row is int64[5]: (kind, dtype index, numel, op index, 0), kind JOINED 0, ALLREDUCE 1,
+COMPRESSED 3. Ranks that are not joined must agree on the first four."""
+import contextlib
 import threading
 import weakref
 import zlib
@@ -28,12 +22,37 @@ from .context import _ctx
 from .errors import _internal_errors
 from . import comm_ops as _ops
 
-JOINED, ALLREDUCE, STEP, COMPRESSED = 0, 1, 2, 3
-_KINDS = {JOINED: "join()", ALLREDUCE: "an allreduce", STEP: "a DistributedOptimizer step",
-          COMPRESSED: "a compressed allreduce"}
+JOINED, ALLREDUCE, COMPRESSED = 0, 1, 3
+_KINDS = {JOINED: "join()", ALLREDUCE: "an allreduce", COMPRESSED: "a compressed allreduce"}
 
 _participants = []  # weak references to the global-set DistributedOptimizers, in creation order
-rounds = 0  # control rounds this process has run (the cost of join support; tests count it per step)
+rounds = 0  # control rounds this process has run (tests count them per step: none)
+
+
+@contextlib.contextmanager
+def served(descriptor):
+    """Runs the body as one operation join() serves (join_notes.Notes.begin: `descriptor` tells a joined rank how to
+    replay it); a no-op on one rank."""
+    notes = _ctx.notes
+    if notes is None:
+        yield
+        return
+    n = notes.begin(descriptor)
+    try:
+        with notes.serving():
+            yield
+    finally:
+        notes.end(n)
+
+
+def begin(descriptor):
+    """served() for an operation that ends later (end(n) when its handle is waited for); 0 on one rank."""
+    return _ctx.notes.begin(descriptor) if _ctx.notes is not None else 0
+
+
+def end(n):
+    if _ctx.notes is not None and n:
+        _ctx.notes.end(n)
 
 
 def control(row):
@@ -71,21 +90,6 @@ def _check_rows(rows):
                               "process set's collectives, Adasum, the DDP hook)")
 
 
-def announce_compressed(row, description, replay):
-    """Before a global-set allreduce(compression=...) that no runtime negotiates: the control round of `row`
-    (COMPRESSED), checked as check_agreement does; when some rank is joined, `replay` (what a joined rank needs to
-    take part: JSON of the codec spec, the name and the shape) follows in one allgatherv, only then."""
-    rows = control(row)
-    check_agreement(rows, description)
-    if bool((rows[:, 0] == JOINED).any()):
-        share(replay)
-
-
-def share(text):
-    """Every rank's `text`, in rank order (one allgatherv on the control round's channel; every rank calls it)."""
-    return _descriptions(text)
-
-
 def _descriptions(mine):
     """Every rank's description, on the control round's channel (only after a mismatch, which every rank sees)."""
     gathered, sizes = _ops.allgatherv(torch.tensor(list(mine.encode()), dtype=torch.uint8),
@@ -95,7 +99,7 @@ def _descriptions(mine):
 
 
 def optimizer_key(names):
-    """The STEP rows' name of an optimizer: CRC-32 of its parameter names, in order."""
+    """The name of an optimizer in its OP notes: CRC-32 of its parameter names, in order."""
     return zlib.crc32("\n".join(names).encode())
 
 
@@ -106,23 +110,15 @@ def register(optimizer):
     _participants.append(weakref.ref(optimizer))
 
 
-def announce_step(key, count, step):
-    """Before the exchange of step `step` of the optimizer `key` with `count` parameters: True when some rank is
-    joined (the step's exchange must then take the order a joined rank can replay: every parameter, in order)."""
-    rows = control([STEP, key, count, 0, step])
-    check_agreement(rows, f"a DistributedOptimizer step ({count} parameters, parameter-name key {key})")
-    return bool((rows[:, 0] == JOINED).any())
-
-
 def negotiated(compressor):
-    """True when a global-set DistributedOptimizer with `compressor` needs no STEP rounds: the runtime backend's fusion
+    """True when a global-set DistributedOptimizer with `compressor` needs no notes: the runtime backend's fusion
     runtime negotiates its tensors, and a joined rank serves them from Runtime.join()."""
     return _ctx.runtime is not None  # every codec, Python ones too, runs inside the runtime there
 
 
 class RuntimeJoin:
     """Runtime.join() of the runtime backend on a thread of its own (it blocks until every rank joined, with the GIL
-    released), beside join()'s control rounds; a no-op on the other backends."""
+    released), beside join()'s notes; a no-op on the other backends."""
 
     def __init__(self):
         self._error = None
@@ -137,6 +133,11 @@ class RuntimeJoin:
         except BaseException as e:  # reported by wait(), on the caller's thread
             self._error = e
 
+    def check(self):
+        """Raises the runtime join's error, if it failed already (while join() waits for notes)."""
+        if self._error is not None:
+            self.wait()
+
     def wait(self):
         if self._thread is None:
             return
@@ -146,14 +147,14 @@ class RuntimeJoin:
                 raise self._error
 
 
-def replay_step(row):
-    """On a joined rank: take part in the step of `row` with zero gradients (the newest live optimizer of that
-    key replays it)."""
-    key, step = int(row[1]), int(row[4])
+def replay_step(note):
+    """On a joined rank: take part in one gradient's exchange of the others' DistributedOptimizer step (an OP note
+    of kind "grad" or "sparse") with zeros; the newest live optimizer of that key replays it."""
+    key = int(note["key"])
     for ref in reversed(_participants):
         optimizer = ref()
         if optimizer is not None and optimizer._join_key is not None and optimizer._join_key[0] == key:
-            optimizer._join_replay(step)
+            optimizer._join_replay(note)
             return
     raise InvalidArgument(f"join(): the other ranks step a DistributedOptimizer (parameter-name key {key}) that this "
                           "rank does not have: create the same optimizers, with the same named parameters, on every "

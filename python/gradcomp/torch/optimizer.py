@@ -21,11 +21,10 @@ Horovod's options (horovod.torch 0.28.1 semantics):
 - ``compression=``: a gradcomp spec (``Compression.topk(0.01)``, ``"qsgd:bits=4"``), ``Compression.none`` /
   ``Compression.fp16`` (Horovod compressor objects that keep the C++ codecs), or any Horovod-style compressor class
   or object (``compress(tensor) -> (tensor, ctx)``, ``decompress(tensor, ctx)``), used as is;
-- ``hvd.join()`` (uneven data): on the runtime backend the fusion runtime's negotiation serves a joined rank (no
-  extra round); elsewhere each step's exchange (global set, not Adasum) is preceded by a control allgather
-  (join_protocol.py); while some rank is joined, the step's gradients are exchanged in parameter order from
-  synchronize() (no overlap with backward; a parameter without a gradient sends zeros, as Horovod's synchronize
-  does; sparse gradients densified), and each joined rank takes part with zero gradients (_join_replay).
+- ``hvd.join()`` (uneven data): on the runtime backend the fusion runtime's negotiation serves a joined rank;
+  elsewhere each gradient's exchange (global set, not Adasum) is an operation join() serves (join_notes.py): nothing
+  is sent while no rank is joined, and a joined rank, told of each exchange by a note, takes part with a zero
+  gradient (_join_replay). Steps keep their overlap with backward either way.
 """
 import contextlib
 import os
@@ -44,7 +43,6 @@ from .errors import _internal_errors
 
 _GROUP_WAIT = object()  # a grouped parameter whose gradient is ready, waiting for the rest of its group
 _SPARSE_WAIT = object()  # a sparse gradient, gathered in synchronize() after the dense allreduces completed
-_DEFERRED = object()  # a gradient of a step during which some rank is joined: launched in synchronize(), in order
 
 
 class _Finish:
@@ -129,11 +127,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._hook_handles = []
         self._grad_accs = []
-        self._step_mode = None  # this step's exchange: None (not begun), "overlap", or "ordered" (a rank is joined)
         self._join_key = None  # (CRC of the parameter names, their count) once, not per step
-        if self._process_set is None and op != Adasum and _ctx.size > 1 and not _join.negotiated(self._compressor):
-            names = [self._names[id(p)] for p in self._params_in_order()]
-            self._join_key = (_join.optimizer_key(names), len(names))
+        self._join_index = {}  # id(p) -> its position in parameter order (the "i" of its OP notes)
+        # Dense exchanges need notes unless the runtime negotiates them; sparse gathers always do.
+        self._notes_for_dense = not _join.negotiated(self._compressor)
+        if self._process_set is None and op != Adasum and _ctx.size > 1:
+            params = self._params_in_order()
+            self._join_key = (_join.optimizer_key([self._names[id(p)] for p in params]), len(params))
+            self._join_index = {id(p): i for i, p in enumerate(params)}
             _join.register(self)
         if self._set_size > 1 or os.environ.get("GRADCOMP_FORCE_HOOKS"):
             self._register_hooks()
@@ -188,9 +189,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._passes[id(p)] = passes
         if passes < self._backward_passes_per_step:
             return
-        if self._begin_exchange() == "ordered":
-            self._handles[id(p)] = _DEFERRED
-            return
         group = self._p_to_group.get(id(p))
         if group is None:
             self._handles[id(p)] = self._allreduce_grad(p)
@@ -200,49 +198,62 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for q in group:  # Horovod's grouped allreduce: the group's tensors launched together, in its order
                 self._handles[id(q)] = self._allreduce_grad(q)
 
-    def _begin_exchange(self):
-        """Once per step, before its first gradient exchange: the join protocol's control round (when this optimizer
-        takes part in it); returns the step's mode."""
-        if self._step_mode is None:
-            joined = self._join_key is not None and _join.announce_step(*self._join_key, self._step_count_gc)
-            self._step_mode = "ordered" if joined else "overlap"
-        return self._step_mode
+    def _served(self, p, kind):
+        """The OP note descriptor of parameter p's exchange (join_notes.py), or None when join does not serve this
+        optimizer (process set, Adasum, one rank)."""
+        if self._join_key is None:
+            return None
+        note = {"k": kind, "key": self._join_key[0], "i": self._join_index[id(p)], "s": self._step_count_gc}
+        if kind == "sparse":
+            note["sd"] = p.grad.sparse_dim()
+        return note
 
-    def _join_replay(self, step):
-        """On a joined rank: the exchange of the others' step `step` with zero gradients (every parameter, in
-        parameter order, as they send it in "ordered" mode); this rank's parameters and gradients are untouched."""
-        self._step_count_gc = step
-        handles = []
-        for p in self._params_in_order():
-            zeros = torch.zeros(p.shape, dtype=p.dtype, device=p.device)
-            handles.append(self._reduce_dense(zeros, self._names[id(p)]))
+    def _join_replay(self, note):
+        """On a joined rank: parameter note["i"]'s exchange of the others' step note["s"] with a zero gradient (dense,
+        or a sparse one with no entries); this rank's parameters and gradients are untouched."""
+        p = self._params_in_order()[note["i"]]
+        self._step_count_gc = note["s"]
         with _internal_errors():
-            for h in handles:
-                h.wait()
-        self._step_count_gc = step + 1  # the others' count after their step (seeds keyed by step stay agreed)
+            if note["k"] == "sparse":
+                sd = note["sd"]
+                empty = torch.sparse_coo_tensor(torch.zeros((sd, 0), dtype=torch.int64),
+                                                torch.zeros((0, *p.shape[sd:]), dtype=p.dtype), p.shape)
+                optimizer_sparse.gather_sparse(empty, self._op)
+            else:
+                self._reduce_dense(torch.zeros(p.shape, dtype=p.dtype, device=p.device), self._names[id(p)]).wait()
+        self._step_count_gc = note["s"] + 1  # the others' count after their step (seeds keyed by step stay agreed)
 
     def _params_in_order(self):
         return [p for group in self.param_groups for p in group["params"] if p.requires_grad]
 
-    def _allreduce_grad(self, p, densify=False):
+    def _allreduce_grad(self, p):
         self._passes[id(p)] = 0
         grad = p.grad
         if self._backward_passes_per_step > 1:
             grad.div_(self._backward_passes_per_step)
         name = self._names[id(p)]
         if grad.is_sparse:
-            if not self._sparse_as_dense and not densify:
+            if not self._sparse_as_dense:
                 if self._process_set is not None:
                     raise InvalidArgument(f"DistributedOptimizer: parameter '{name}' has a sparse gradient, gathered "
                                           f"over the world only: with process_set={self._process_set} pass "
                                           f"sparse_as_dense=True")
                 return _SPARSE_WAIT  # gathered in synchronize(), after the dense allreduces (one thread per group)
             dense = grad.to_dense()
-            return _Finish(self._reduce_dense(dense, name),
-                           lambda: p.grad.zero_().add_(self._postscale(dense).to_sparse()))
+            return self._launch(p, dense, name, lambda: p.grad.zero_().add_(self._postscale(dense).to_sparse()))
         if not grad.is_contiguous():
             p.grad = grad = grad.contiguous()
-        return _Finish(self._reduce_dense(grad, name), lambda: self._postscale(grad))
+        return self._launch(p, grad, name, lambda: self._postscale(grad))
+
+    def _launch(self, p, grad, name, then):
+        """Parameter p's exchange of `grad`, as one operation join() serves (ended when its handle is waited for)."""
+        n = _join.begin(self._served(p, "grad")) if self._join_key is not None and self._notes_for_dense else 0
+        handle = self._reduce_dense(grad, name)
+
+        def finish():
+            _join.end(n)
+            then()
+        return _Finish(handle, finish)
 
     def _postscale(self, grad):
         if self._predivide != 1.0 and self._op == Average:
@@ -262,11 +273,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Waits for every gradient's allreduce (launching those whose hooks did not fire)."""
         if self._set_size > 1:
             params = self._params_in_order()
-            if self._begin_exchange() == "ordered":  # some rank is joined: every parameter, in order
-                for p in params:
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
-                    self._handles[id(p)] = self._allreduce_grad(p, densify=True)
             for p in params:
                 if p.grad is not None and self._handles.get(id(p)) in (None, _GROUP_WAIT):
                     self._handles[id(p)] = self._allreduce_grad(p)
@@ -276,9 +282,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         h.wait()
             for p in params:
                 if self._handles.get(id(p)) is _SPARSE_WAIT:
-                    optimizer_sparse.allgather_sparse_grad(p, self._op)
+                    with _join.served(self._served(p, "sparse")) if self._join_key is not None \
+                            else contextlib.nullcontext():
+                        optimizer_sparse.allgather_sparse_grad(p, self._op)
         self._handles.clear()
-        self._step_mode = None
         self._synchronized = True
 
     @contextlib.contextmanager

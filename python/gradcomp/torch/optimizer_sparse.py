@@ -9,6 +9,12 @@ from .gathers import sparse_allreduce_async
 def allgather_sparse_grad(p, op):
     """Replaces p.grad (sparse COO) by the gather of every rank's (Horovod's sparse allreduce), in place."""
     grad = p.grad
-    t = grad.coalesce() if not grad.is_coalesced() else grad
-    out = sparse_allreduce_async(t, "sparse gradient", Average if op == Average else Sum)()
+    out = gather_sparse(grad, op)
     p.grad.zero_().add_(out.to(device=grad.device, dtype=grad.dtype))
+
+
+def gather_sparse(grad, op):
+    """Every rank's entries of the sparse COO `grad` (a joined rank passes one with none), values / size for
+    Average."""
+    t = grad.coalesce() if not grad.is_coalesced() else grad
+    return sparse_allreduce_async(t, "sparse gradient", Average if op == Average else Sum)()

@@ -1,0 +1,257 @@
+"""How hvd.join() learns what to take part in without costing a step anything while no rank is joined: notes, sent
+point to point outside every collective, instead of a control round before each operation.
+
+Every rank counts the global-set operations join() serves (an allreduce, a compressed allreduce, one gradient's
+exchange of a DistributedOptimizer step) in the order it begins them: the same count on every rank, since every rank
+runs the same collectives in the same order. An operation begins with begin() (a lock and a dict entry; nothing is
+sent while no rank is joined) and ends with end().
+
+A rank that joins sends a JOIN note (its generation and its count) to every other rank. Each rank's listener thread
+records it and answers with an OP note for every operation it has begun and not ended; from then on begin() sends
+the OP note of each new operation to the joined ranks too. An operation the others began before the JOIN note came
+cannot have finished (it needs the joined rank), so the joined rank learns every operation it must serve: it replays
+them in count order with zeros, skips the copies other ranks sent of the same one, and ends when every rank's JOIN
+note of this generation is in. Then every rank knows every rank's counts at its join (served operations, and the
+tensors the runtime backend's fusion runtime negotiated: tally()), so all agree, without a round, on which rank
+joined last (the highest counts; of equal counts the highest rank).
+
+Transports: the MPI backends send notes through a C++ Mailbox over a duplicate of MPI_COMM_WORLD (the listener polls
+MPI_Iprobe, so idle it costs no traffic); the torch backend through point-to-point messages of a gloo group of its
+own (the listener waits in a receive from any rank; it ends once every other rank has sent it a CLOSE note)."""
+import contextlib
+import datetime
+import json
+import queue
+import threading
+
+import torch
+import torch.distributed as dist
+
+from .._compressors import InvalidArgument
+from .._gradcomp import CommError, Timeout
+
+_NOTE_BYTES = 4096
+_LISTEN_S = 0.2  # how often the MPI listener looks at its stop flag
+notes_sent = 0  # notes this process has sent (tests: none while no rank is joined)
+
+
+class Notes:
+    """The notes of one world: this rank's count of served operations, the open ones, who has joined."""
+
+    def __init__(self, transport, rank, size, timeout_s):
+        self._transport, self.rank, self.size, self.timeout_s = transport, rank, size, timeout_s
+        self._lock = threading.Lock()  # the state below; never held while sending
+        self._send_lock = threading.Lock()  # one note at a time through the transport
+        self.count = 0  # served operations begun (or replayed) so far
+        self.negotiated = 0  # tensors handed to the runtime backend's fusion runtime (its join serves them)
+        self.generation = 0  # joins completed so far (the same on every rank)
+        self._open = {}  # count -> the operation's descriptor (a dict), begun and not ended
+        self._joined = {}  # generation -> {rank: its count when it joined}
+        self._ops = queue.Queue()  # OP notes received (read by join())
+        self._closed = False
+        self._local = threading.local()  # depth: served operations this thread is inside
+        self._listener = threading.Thread(target=self._listen, name="gradcomp-join-notes", daemon=True)
+        self._listener.start()
+
+    # -- an active rank ---------------------------------------------------------------------------------------------
+    def begin(self, descriptor):
+        """Counts an operation this rank is about to run (`descriptor`: a dict that tells a joined rank how to replay
+        it, with "k" its kind); returns its number, for end()."""
+        with self._lock:
+            self.count += 1
+            n = self.count
+            self._open[n] = descriptor
+            peers = list(self._joined.get(self.generation, ()))
+            self._count_sent(len(peers))
+        for peer in peers:  # outside the lock: a gloo send waits for the peer's listener
+            self._send(peer, self._op_note(n, descriptor))
+        return n
+
+    def tally(self):
+        """Counts a tensor the fusion runtime negotiates (sent nowhere: it only orders the joins, as begin() does)."""
+        self.negotiated += 1
+
+    def end(self, n):
+        with self._lock:
+            self._open.pop(n, None)
+
+    def joined_ranks(self):
+        """The ranks known to be in join() now (this generation)."""
+        with self._lock:
+            return sorted(self._joined.get(self.generation, ()))
+
+    @contextlib.contextmanager
+    def serving(self):
+        """Marks this thread as inside an operation join() serves (check_served() passes there)."""
+        self._local.depth = getattr(self._local, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self._local.depth -= 1
+
+    def check_served(self):
+        """Before a global-set collective: InvalidArgument when some rank is in join() and this one is not, outside
+        an operation join() serves (the joined rank would never take part). A rank that joins after this check is
+        seen by the collective's timeout instead."""
+        if getattr(self._local, "depth", 0) > 0:
+            return
+        joined = self.joined_ranks()
+        if joined and self.rank not in joined:
+            raise InvalidArgument(f"gradcomp.torch on rank {self.rank} of {self.size}: rank(s) {joined} are in join(), "
+                                  "which serves allreduces and DistributedOptimizer steps only; this collective "
+                                  "(allgather, broadcast, alltoall, reducescatter, an object collective, barrier, "
+                                  "Adasum) would wait for them: run it before join() on every rank")
+
+    # -- the joined rank --------------------------------------------------------------------------------------------
+    def join(self, replay, idle_check=None):
+        """This rank has joined: serves, through replay(descriptor), every operation the others run, in count order,
+        until every rank has joined; returns the rank that joined last. idle_check() runs while no note comes (it may
+        raise)."""
+        with self._lock:
+            generation = self.generation
+            at = [self.count, self.negotiated]
+            self._joined.setdefault(generation, {})[self.rank] = at
+            note = json.dumps({"t": "join", "g": generation, "at": at}).encode()
+            self._count_sent(self.size - 1)
+        for peer in range(self.size):
+            if peer != self.rank:
+                self._send(peer, note)
+        waiting = {}  # count -> OP note that came before its turn
+        quiet = 0.0
+        while True:
+            with self._lock:
+                everyone = dict(self._joined.get(generation, {}))
+            if len(everyone) == self.size:
+                break
+            try:
+                note = self._ops.get(timeout=0.05)
+            except queue.Empty:
+                quiet += 0.05
+                if idle_check is not None:
+                    idle_check()
+                if quiet > self.timeout_s:
+                    raise Timeout(f"gradcomp.torch join() on rank {self.rank} of {self.size}: no note from the other "
+                                  f"ranks for {self.timeout_s:g} s (ranks joined so far: {sorted(everyone)}); a rank "
+                                  "is dead or stuck, or runs no served collective for longer than the timeout")
+                continue
+            quiet = 0.0
+            if note["n"] > self.count:  # an earlier count is a copy another rank sent, or an earlier join's
+                waiting[note["n"]] = note
+            while self.count + 1 in waiting:
+                replay(waiting.pop(self.count + 1))
+                self.count += 1
+        with self._lock:
+            self.generation += 1
+            self._joined.pop(generation, None)
+            # Every rank now stands where the last one joined (it served the rest): the counts agree again.
+            self.negotiated = max(at[1] for at in everyone.values())
+        return max(everyone, key=lambda r: (*everyone[r], r))
+
+    # -- both -------------------------------------------------------------------------------------------------------
+    def close(self):
+        """Ends the listener (on gloo once every other rank has closed too: each sends every other one a CLOSE note);
+        False when it did not end within 5 s."""
+        with self._lock:
+            self._closed = True
+        self._transport.close(self._send_lock)
+        self._listener.join(timeout=5.0)
+        return not self._listener.is_alive()
+
+    def _op_note(self, n, descriptor):
+        return json.dumps({"t": "op", "n": n, **descriptor}).encode()
+
+    def _send(self, peer, note):
+        """One note (never under self._lock: on gloo a send completes when the peer's listener takes it, and that
+        listener may be waiting for its own lock). Notes from two threads may overtake each other: join() orders
+        OP notes by their count."""
+        if len(note) > _NOTE_BYTES - 4:
+            raise CommError(f"gradcomp.torch join(): a note of {len(note)} bytes (at most {_NOTE_BYTES - 4}); a tensor "
+                            "name this long cannot be served by join()")
+        with self._send_lock:
+            self._transport.send(peer, note)
+
+    @staticmethod
+    def _count_sent(notes):
+        """Under self._lock, where the notes are decided: before the operation they answer can end."""
+        global notes_sent
+        notes_sent += notes
+
+    def _listen(self):
+        closed_peers = 0
+        while True:
+            try:
+                got = self._transport.receive()
+            except Exception:  # the transport is gone (shutdown, a dead peer): join() reports its own timeout
+                return
+            if got is None:
+                if self._closed:
+                    return
+                continue
+            sender, data = got
+            note = json.loads(bytes(data).decode())
+            if note["t"] == "close":
+                closed_peers += 1
+                if closed_peers == self.size - 1:  # no rank will send another note
+                    return
+                continue
+            if note["t"] == "op":
+                self._ops.put(note)
+                continue
+            with self._lock:  # "join"
+                self._joined.setdefault(note["g"], {})[sender] = note["at"]
+                # Operations up to its count the joiner took part in (they may not have ended here yet).
+                still_open = sorted((n, d) for n, d in self._open.items() if n > note["at"][0]) \
+                    if note["g"] == self.generation else []
+                self._count_sent(len(still_open))
+            try:
+                for n, descriptor in still_open:
+                    self._send(sender, self._op_note(n, descriptor))
+            except Exception:
+                return
+
+
+class MpiTransport:
+    """Notes through the C++ Mailbox (a duplicate of MPI_COMM_WORLD)."""
+
+    def __init__(self, mailbox):
+        self._box = mailbox
+
+    def send(self, peer, note):
+        self._box.send(peer, note)
+
+    def receive(self):
+        return self._box.receive(_LISTEN_S)
+
+    def close(self, lock):
+        pass  # the listener sees the stop flag within _LISTEN_S
+
+
+class GlooTransport:
+    """Notes as point-to-point messages of a gloo group of their own over the whole world (fixed 4 KiB: a 4-byte
+    length, then the note)."""
+
+    _TAG = 0x6a6e
+
+    def __init__(self, group, rank, size):
+        self._group, self._rank, self._size = group, rank, size
+
+    def send(self, peer, note):
+        buf = torch.zeros(_NOTE_BYTES, dtype=torch.uint8)
+        buf[:4] = torch.tensor(list(len(note).to_bytes(4, "little")), dtype=torch.uint8)
+        buf[4:4 + len(note)] = torch.frombuffer(bytearray(note), dtype=torch.uint8)
+        dist.send(buf, dst=peer, group=self._group, tag=self._TAG)
+
+    def receive(self):
+        buf = torch.empty(_NOTE_BYTES, dtype=torch.uint8)
+        work = dist.irecv(buf, src=None, group=self._group, tag=self._TAG)
+        work.wait(datetime.timedelta(days=365))  # gloo has no probe: the other ranks' CLOSE notes end the listener
+        sender = work._source_rank()  # the group spans the world in rank order: a group rank is a global one
+        length = int.from_bytes(buf[:4].numpy().tobytes(), "little")
+        return sender, buf[4:4 + length].numpy().tobytes()
+
+    def close(self, lock):
+        note = json.dumps({"t": "close"}).encode()
+        with lock:
+            for peer in range(self._size):
+                if peer != self._rank:
+                    self.send(peer, note)
