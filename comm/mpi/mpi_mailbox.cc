@@ -57,28 +57,29 @@ class MpiMailbox final : public Mailbox {
     }
   }
 
-  std::optional<Note> receive(std::chrono::milliseconds wait) override {
+  std::optional<Note> receive(std::chrono::milliseconds wait, std::chrono::microseconds max_nap) override {
     const auto deadline = std::chrono::steady_clock::now() + wait;
-    auto nap = std::chrono::microseconds(20);
+    auto nap = std::min(std::chrono::microseconds(20), max_nap);
     for (;;) {
       int found = 0;
+      MPI_Message message = MPI_MESSAGE_NULL;
       MPI_Status status;
-      check(MPI_Iprobe(MPI_ANY_SOURCE, kNoteTag, comm_, &found, &status), "MPI_Iprobe", -1);
+      // A matched probe: the message is this thread's, so two threads may receive at once.
+      check(MPI_Improbe(MPI_ANY_SOURCE, kNoteTag, comm_, &found, &message, &status), "MPI_Improbe", -1);
       if (found) {
         int count = 0;
         MPI_Get_count(&status, MPI_BYTE, &count);
         Note note;
         note.from = status.MPI_SOURCE;
         note.bytes.resize(static_cast<std::size_t>(count));
-        check(MPI_Recv(mpi::nonnull(note.bytes.data()), count, MPI_BYTE, status.MPI_SOURCE, kNoteTag, comm_,
-                       MPI_STATUS_IGNORE),
-              "MPI_Recv", status.MPI_SOURCE);
+        check(MPI_Mrecv(mpi::nonnull(note.bytes.data()), count, MPI_BYTE, &message, MPI_STATUS_IGNORE), "MPI_Mrecv",
+              status.MPI_SOURCE);
         return note;
       }
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline) return std::nullopt;
       std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(nap, deadline - now));
-      nap = std::min(nap * 2, std::chrono::microseconds(4000));
+      nap = std::min(nap * 2, max_nap);
     }
   }
 

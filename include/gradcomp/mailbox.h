@@ -31,14 +31,15 @@ class Mailbox {
   // transport holds them; CommError when it cannot take them within the mailbox's timeout.
   virtual void send(int peer, std::span<const std::byte> bytes) = 0;
   // The next note from any rank, waiting at most `wait`; nullopt when none came. Notes from one sender arrive in the
-  // order it sent them.
-  virtual std::optional<Note> receive(std::chrono::milliseconds wait) = 0;
+  // order it sent them. A transport that polls sleeps between polls, doubling from 20 us up to `max_nap` (a long
+  // nap for an idle listener, a short one for a rank that expects notes now).
+  virtual std::optional<Note> receive(std::chrono::milliseconds wait,
+                                      std::chrono::microseconds max_nap = std::chrono::milliseconds(4)) = 0;
 };
 
 // A Mailbox over a duplicate of MPI_COMM_WORLD (collective over the world: every rank creates one, in the same order
-// as its other communicators). Receiving polls: MPI_Iprobe, then a sleep that doubles from 20 us to 4 ms, starting
-// over at each receive() call; an idle receiver costs no traffic and about 250 probes a second. CommError in builds
-// without MPI.
+// as its other communicators). Receiving polls (a matched probe, MPI_Improbe, then a nap): idle, it costs no traffic.
+// CommError in builds without MPI.
 std::unique_ptr<Mailbox> make_mpi_world_mailbox(std::chrono::milliseconds send_timeout);
 
 }  // namespace gradcomp

@@ -7,6 +7,7 @@
 #include <nanobind/stl/string_view.h>
 #include <nanobind/stl/unique_ptr.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -138,17 +139,20 @@ void init_comm(nb::module_& m) {
           "peer"_a, "note"_a, "Sends `note` (at most 4096 bytes) to rank `peer`.")
       .def(
           "receive",
-          [](Mailbox& box, double wait_s) -> nb::object {
+          [](Mailbox& box, double wait_s, double max_nap_s) -> nb::object {
             std::optional<Note> note;
             {
               nb::gil_scoped_release release;
-              note = box.receive(std::chrono::milliseconds(static_cast<long long>(wait_s * 1000)));
+              note = box.receive(std::chrono::milliseconds(static_cast<long long>(wait_s * 1000)),
+                                 std::chrono::microseconds(std::max(1LL, static_cast<long long>(max_nap_s * 1e6))));
             }
             if (!note) return nb::none();
             return nb::make_tuple(note->from, nb::bytes(reinterpret_cast<const char*>(note->bytes.data()),
                                                         note->bytes.size()));
           },
-          "wait_s"_a, "(sender, bytes) of the next note, waiting at most wait_s; None when none came.");
+          "wait_s"_a, "max_nap_s"_a = 0.004,
+          "(sender, bytes) of the next note, waiting at most wait_s (polling with naps of up to max_nap_s); None when "
+          "none came.");
   m.def(
       "make_mpi_world_mailbox",
       [](double timeout_s) {

@@ -16,8 +16,10 @@ tensors the runtime backend's fusion runtime negotiated: tally()), so all agree,
 joined last (the highest counts; of equal counts the highest rank).
 
 Transports: the MPI backends send notes through a C++ Mailbox over a duplicate of MPI_COMM_WORLD (the listener polls
-MPI_Iprobe, so idle it costs no traffic); the torch backend through point-to-point messages of a gloo group of its
-own (the listener waits in a receive from any rank; it ends once every other rank has sent it a CLOSE note)."""
+it with naps of up to 50 ms, so idle it costs no traffic and few wake-ups, and a JOIN note waits at most that long,
+once per join; the joined rank polls it itself with short naps while it serves); the torch backend through
+point-to-point messages of a gloo group of its own (the listener waits in a receive from any rank; it ends once every
+other rank has sent it a CLOSE note)."""
 import contextlib
 import datetime
 import json
@@ -31,7 +33,9 @@ from .._compressors import InvalidArgument
 from .._gradcomp import CommError, Timeout
 
 _NOTE_BYTES = 4096
-_LISTEN_S = 0.2  # how often the MPI listener looks at its stop flag
+_LISTEN_S = 0.5  # how often the MPI listener looks at its stop flag
+_IDLE_NAP_S = 0.05  # the MPI listener's longest nap between polls: a JOIN note waits at most this once per join
+_BUSY_NAP_S = 0.0005  # the joined rank's, while it expects OP notes
 notes_sent = 0  # notes this process has sent (tests: none while no rank is joined)
 
 
@@ -49,6 +53,7 @@ class Notes:
         self._joined = {}  # generation -> {rank: its count when it joined}
         self._ops = queue.Queue()  # OP notes received (read by join())
         self._closed = False
+        self._closed_peers = 0  # CLOSE notes received (gloo)
         self._local = threading.local()  # depth: served operations this thread is inside
         self._listener = threading.Thread(target=self._listen, name="gradcomp-join-notes", daemon=True)
         self._listener.start()
@@ -123,9 +128,8 @@ class Notes:
                 everyone = dict(self._joined.get(generation, {}))
             if len(everyone) == self.size:
                 break
-            try:
-                note = self._ops.get(timeout=0.05)
-            except queue.Empty:
+            note = self._next_op(0.05)
+            if note is None:
                 quiet += 0.05
                 if idle_check is not None:
                     idle_check()
@@ -177,41 +181,64 @@ class Notes:
         notes_sent += notes
 
     def _listen(self):
-        closed_peers = 0
         while True:
             try:
-                got = self._transport.receive()
+                got = self._transport.receive(_LISTEN_S, _IDLE_NAP_S)
             except Exception:  # the transport is gone (shutdown, a dead peer): join() reports its own timeout
                 return
             if got is None:
                 if self._closed:
                     return
                 continue
-            sender, data = got
-            note = json.loads(bytes(data).decode())
-            if note["t"] == "close":
-                closed_peers += 1
-                if closed_peers == self.size - 1:  # no rank will send another note
-                    return
-                continue
-            if note["t"] == "op":
-                self._ops.put(note)
-                continue
-            with self._lock:  # "join"
-                self._joined.setdefault(note["g"], {})[sender] = note["at"]
-                # Operations up to its count the joiner took part in (they may not have ended here yet).
-                still_open = sorted((n, d) for n, d in self._open.items() if n > note["at"][0]) \
-                    if note["g"] == self.generation else []
-                self._count_sent(len(still_open))
-            try:
-                for n, descriptor in still_open:
-                    self._send(sender, self._op_note(n, descriptor))
-            except Exception:
+            if not self._dispatch(*got):
                 return
+
+    def _dispatch(self, sender, data):
+        """Handles a received note (on the listener, or on the joined rank's own thread); False once every other rank
+        has closed."""
+        note = json.loads(bytes(data).decode())
+        if note["t"] == "close":
+            with self._lock:
+                self._closed_peers += 1
+                return self._closed_peers < self.size - 1  # then no rank will send another note
+        if note["t"] == "op":
+            self._ops.put(note)
+            return True
+        with self._lock:  # "join"
+            self._joined.setdefault(note["g"], {})[sender] = note["at"]
+            # Operations up to its count the joiner took part in (they may not have ended here yet).
+            still_open = sorted((n, d) for n, d in self._open.items() if n > note["at"][0]) \
+                if note["g"] == self.generation else []
+            self._count_sent(len(still_open))
+        for n, descriptor in still_open:
+            self._send(sender, self._op_note(n, descriptor))
+        return True
+
+    def _next_op(self, wait):
+        """The next OP note received, waiting at most `wait` s; None if none. Where the transport polls (MPI), the
+        joined rank receives here with short naps instead of waiting for the listener's idle ones."""
+        try:
+            return self._ops.get_nowait()
+        except queue.Empty:
+            pass
+        if self._transport.polls:
+            got = self._transport.receive(wait, _BUSY_NAP_S)
+            if got is not None:
+                self._dispatch(*got)
+            try:
+                return self._ops.get_nowait()
+            except queue.Empty:
+                return None
+        try:
+            return self._ops.get(timeout=wait)
+        except queue.Empty:
+            return None
 
 
 class MpiTransport:
-    """Notes through the C++ Mailbox (a duplicate of MPI_COMM_WORLD)."""
+    """Notes through the C++ Mailbox (a duplicate of MPI_COMM_WORLD); receiving polls, from any thread."""
+
+    polls = True
 
     def __init__(self, mailbox):
         self._box = mailbox
@@ -219,8 +246,8 @@ class MpiTransport:
     def send(self, peer, note):
         self._box.send(peer, note)
 
-    def receive(self):
-        return self._box.receive(_LISTEN_S)
+    def receive(self, wait_s, max_nap_s):
+        return self._box.receive(wait_s, max_nap_s)
 
     def close(self, lock):
         pass  # the listener sees the stop flag within _LISTEN_S
@@ -231,6 +258,7 @@ class GlooTransport:
     length, then the note)."""
 
     _TAG = 0x6a6e
+    polls = False  # one receive at a time, the listener's: the joined rank reads what it queues
 
     def __init__(self, group, rank, size):
         self._group, self._rank, self._size = group, rank, size
@@ -241,7 +269,7 @@ class GlooTransport:
         buf[4:4 + len(note)] = torch.frombuffer(bytearray(note), dtype=torch.uint8)
         dist.send(buf, dst=peer, group=self._group, tag=self._TAG)
 
-    def receive(self):
+    def receive(self, wait_s=None, max_nap_s=None):
         buf = torch.empty(_NOTE_BYTES, dtype=torch.uint8)
         work = dist.irecv(buf, src=None, group=self._group, tag=self._TAG)
         work.wait(datetime.timedelta(days=365))  # gloo has no probe: the other ranks' CLOSE notes end the listener
