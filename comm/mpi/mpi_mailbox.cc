@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <thread>
 
@@ -61,6 +62,7 @@ class MpiMailbox final : public Mailbox {
     const auto deadline = std::chrono::steady_clock::now() + wait;
     auto nap = std::min(std::chrono::microseconds(20), max_nap);
     for (;;) {
+      if (closed_.load(std::memory_order_acquire)) return std::nullopt;
       int found = 0;
       MPI_Message message = MPI_MESSAGE_NULL;
       MPI_Status status;
@@ -83,6 +85,8 @@ class MpiMailbox final : public Mailbox {
     }
   }
 
+ void close() override { closed_.store(true, std::memory_order_release); }
+
  private:
   void check(int rc, const char* call, int peer) const {
     if (rc != MPI_SUCCESS) {
@@ -94,6 +98,7 @@ class MpiMailbox final : public Mailbox {
   MPI_Comm comm_;
   std::chrono::milliseconds send_timeout_;
   int rank_ = 0, size_ = 1;
+  std::atomic<bool> closed_{false};
 };
 
 }  // namespace

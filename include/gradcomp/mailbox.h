@@ -35,6 +35,8 @@ class Mailbox {
   // nap for an idle listener, a short one for a rank that expects notes now).
   virtual std::optional<Note> receive(std::chrono::milliseconds wait,
                                       std::chrono::microseconds max_nap = std::chrono::milliseconds(4)) = 0;
+  // Ends every receive() under way (within one nap: it returns nullopt) and makes later ones return nullopt at once.
+  virtual void close() = 0;
 };
 
 // A Mailbox over a duplicate of MPI_COMM_WORLD (collective over the world: every rank creates one, in the same order

@@ -152,7 +152,8 @@ void init_comm(nb::module_& m) {
           },
           "wait_s"_a, "max_nap_s"_a = 0.004,
           "(sender, bytes) of the next note, waiting at most wait_s (polling with naps of up to max_nap_s); None when "
-          "none came.");
+          "none came.")
+      .def("close", &Mailbox::close, "Ends every receive() under way (within one nap) and makes later ones return None.");
   m.def(
       "make_mpi_world_mailbox",
       [](double timeout_s) {

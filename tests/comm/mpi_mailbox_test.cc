@@ -1,5 +1,5 @@
 // The MPI Mailbox (include/gradcomp/mailbox.h) under mpirun: notes from each sender arrive in order, receive() gives
-// up after its wait, and bad notes are refused before anything is sent.
+// up after its wait, bad notes are refused before anything is sent, and a closed mailbox receives nothing.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -72,6 +72,15 @@ TEST(MpiMailbox, RefusesANoteToItselfOrLargerThanTheLimit) {
   EXPECT_THROW(box.send((box.rank() + 1) % box.size(), big), InvalidArgument);
   testing::mpi_world().barrier();
   EXPECT_FALSE(box.receive(std::chrono::milliseconds(10)).has_value()) << "a refused note was sent";
+}
+
+TEST(MpiMailbox, ClosedReceivesNothingEvenWithANoteWaiting) {
+  auto box = make_mpi_world_mailbox(std::chrono::seconds(30));  // one of its own (collective)
+  box->send((box->rank() + 1) % box->size(), note_of(box->rank(), 0));
+  testing::mpi_world().barrier();
+  box->close();
+  EXPECT_FALSE(box->receive(std::chrono::seconds(30)).has_value());
+  testing::mpi_world().barrier();
 }
 
 }  // namespace

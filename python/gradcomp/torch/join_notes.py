@@ -16,7 +16,7 @@ tensors the runtime backend's fusion runtime negotiated: tally()), so all agree,
 joined last (the highest counts; of equal counts the highest rank).
 
 Transports: the MPI backends send notes through a C++ Mailbox over a duplicate of MPI_COMM_WORLD (the listener polls
-it with naps of up to 50 ms, so idle it costs no traffic and few wake-ups, and a JOIN note waits at most that long,
+it with naps of up to 100 ms, so idle it costs no traffic and about ten probes a second, and a JOIN note waits at most that long,
 once per join; the joined rank polls it itself with short naps while it serves); the torch backend through
 point-to-point messages of a gloo group of its own (the listener waits in a receive from any rank; it ends once every
 other rank has sent it a CLOSE note)."""
@@ -33,8 +33,8 @@ from .._compressors import InvalidArgument
 from .._gradcomp import CommError, Timeout
 
 _NOTE_BYTES = 4096
-_LISTEN_S = 0.5  # how often the MPI listener looks at its stop flag
-_IDLE_NAP_S = 0.05  # the MPI listener's longest nap between polls: a JOIN note waits at most this once per join
+_LISTEN_S = 5.0  # how often the MPI listener looks at its stop flag (close() wakes it sooner)
+_IDLE_NAP_S = 0.1  # the MPI listener's longest nap between polls: a JOIN note waits at most this once per join
 _BUSY_NAP_S = 0.0005  # the joined rank's, while it expects OP notes
 notes_sent = 0  # notes this process has sent (tests: none while no rank is joined)
 
@@ -250,7 +250,7 @@ class MpiTransport:
         return self._box.receive(wait_s, max_nap_s)
 
     def close(self, lock):
-        pass  # the listener sees the stop flag within _LISTEN_S
+        self._box.close()  # the listener's receive returns within one nap
 
 
 class GlooTransport:
