@@ -128,12 +128,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._hook_handles = []
         self._grad_accs = []
         self._join_key = None  # (CRC of the parameter names, their count) once, not per step
-        self._join_index = {}  # id(p) -> its position in parameter order (the "i" of its OP notes)
+        self._join_params = []  # the parameters in order (a note's "i" indexes them)
+        self._join_index = {}  # id(p) -> its position in parameter order
         # Dense exchanges need notes unless the runtime negotiates them; sparse gathers always do.
         self._notes_for_dense = not _join.negotiated(self._compressor)
         if self._process_set is None and op != Adasum and _ctx.size > 1:
             params = self._params_in_order()
             self._join_key = (_join.optimizer_key([self._names[id(p)] for p in params]), len(params))
+            self._join_params = params
             self._join_index = {id(p): i for i, p in enumerate(params)}
             _join.register(self)
         if self._set_size > 1 or os.environ.get("GRADCOMP_FORCE_HOOKS"):
@@ -211,7 +213,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _join_replay(self, note):
         """On a joined rank: parameter note["i"]'s exchange of the others' step note["s"] with a zero gradient (dense,
         or a sparse one with no entries); this rank's parameters and gradients are untouched."""
-        p = self._params_in_order()[note["i"]]
+        p = self._join_params[note["i"]]
         self._step_count_gc = note["s"]
         with _internal_errors():
             if note["k"] == "sparse":
