@@ -1,12 +1,14 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "comm/mpi/mpi_family.h"
 #include "comm/mpi/mpi_support.h"
+#include "gradcomp/communicator.h"
 #include "gradcomp/error.h"
 #include "gradcomp/mailbox.h"
 
@@ -107,6 +109,12 @@ std::unique_ptr<Mailbox> make_mpi_world_mailbox(std::chrono::milliseconds send_t
   GRADCOMP_CHECK(send_timeout.count() > 0, "make_mpi_world_mailbox: timeout must be positive, got {} ms",
                  send_timeout.count());
   mpi::ensure_initialized();
+  // The listener receives on a thread of its own while the caller's collectives run: MPI must allow that.
+  if (const std::string level = mpi_thread_level(); level != "multiple") {
+    throw CommError(fmt::format("mailbox: MPI provides thread level '{}' (initialized before gradcomp?); notes need "
+                                "MPI_THREAD_MULTIPLE",
+                                level));
+  }
   MPI_Comm comm = MPI_COMM_NULL;
   const int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm);
   if (rc != MPI_SUCCESS) {

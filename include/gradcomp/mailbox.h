@@ -41,7 +41,7 @@ class Mailbox {
 
 // A Mailbox over a duplicate of MPI_COMM_WORLD (collective over the world: every rank creates one, in the same order
 // as its other communicators). Receiving polls (a matched probe, MPI_Improbe, then a nap): idle, it costs no traffic.
-// CommError in builds without MPI.
+// CommError in builds without MPI, and where MPI was initialized (by the caller) without MPI_THREAD_MULTIPLE.
 std::unique_ptr<Mailbox> make_mpi_world_mailbox(std::chrono::milliseconds send_timeout);
 
 }  // namespace gradcomp

@@ -133,8 +133,12 @@ class _MpiBackend(_Backend):
         _ctx.control_comm = _ctx.comm
         _ctx.rank, _ctx.size = _ctx.comm.rank, _ctx.comm.size
         if _ctx.size > 1:
-            transport = join_notes.MpiTransport(_C.make_mpi_world_mailbox(timeout_s))
-            _ctx.notes = join_notes.Notes(transport, _ctx.rank, _ctx.size, timeout_s)
+            try:
+                mailbox = _C.make_mpi_world_mailbox(timeout_s)
+            except CommError as e:  # MPI initialized by the caller without MPI_THREAD_MULTIPLE: no join()
+                _ctx.notes_missing = str(e)
+                return
+            _ctx.notes = join_notes.Notes(join_notes.MpiTransport(mailbox), _ctx.rank, _ctx.size, timeout_s)
 
 
 class _RuntimeHandle:

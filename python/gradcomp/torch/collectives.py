@@ -17,6 +17,7 @@ import itertools
 import torch
 
 from .._compressors import Compression, CompressionSpec, InvalidArgument, compressor
+from .._gradcomp import CommError
 from .backends import _exchange_view, current as _backend
 from .context import Adasum, Average, Max, Min, Product, Sum, _ctx, _require_init
 from .errors import _internal_errors
@@ -98,8 +99,8 @@ def _replay(note):
         return
     _join.check_agreement(_join.control([_join.JOINED, 0, 0, 0, 0]), "join()")
     if note["dtype"] >= len(_DTYPES):
-        raise InvalidArgument(f"join(): the other ranks reduce '{note.get('name', 'allreduce')}' in a dtype join() "
-                              "cannot serve")
+        raise InvalidArgument(f"join() on rank {_ctx.rank} of {_ctx.size}: the other ranks reduce "
+                              f"'{note.get('name', 'allreduce')}' in a dtype join() cannot serve")
     dtype, op = _DTYPES[note["dtype"]], _OPS[note["op"]]
     if kind == "allreduce":
         _reduce(torch.zeros(note["numel"], dtype=dtype), op, 1.0, 1.0, global_process_set)
@@ -116,6 +117,9 @@ def join(device=-1):
     _require_init()
     if _ctx.size == 1:
         return 0
+    if _ctx.notes is None:
+        raise CommError(f"gradcomp.torch join() on rank {_ctx.rank} of {_ctx.size}: unavailable on this backend: "
+                        f"{_ctx.notes_missing}")
     runtime_join = _join.RuntimeJoin()  # runtime backend: the optimizers' steps, negotiated by the fusion runtime
     last = _ctx.notes.join(_replay, idle_check=runtime_join.check)
     runtime_join.wait()

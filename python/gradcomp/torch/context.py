@@ -22,6 +22,7 @@ class _Context:
         self.control_group = None  # torch backend: the gloo group under control_comm
         self.notes = None  # join_notes.Notes: how a joined rank learns what to serve (None on one rank)
         self.notes_group = None  # torch backend: the gloo group the notes travel on
+        self.notes_missing = None  # why this world has no notes (join() raises it), e.g. MPI without thread support
         self.scopes = 0  # owner scopes handed out (new_scope): the same sequence on every rank
 
 
