@@ -156,6 +156,6 @@ def replay_step(note):
         if optimizer is not None and optimizer._join_key is not None and optimizer._join_key[0] == key:
             optimizer._join_replay(note)
             return
-    raise InvalidArgument(f"join(): the other ranks step a DistributedOptimizer (parameter-name key {key}) that this "
-                          "rank does not have: create the same optimizers, with the same named parameters, on every "
-                          "rank")
+    raise InvalidArgument(f"join() on rank {_ctx.rank} of {_ctx.size}: the other ranks step a DistributedOptimizer "
+                          f"(key {key}: the CRC-32 of its parameter names) that this rank does not have: create the "
+                          "same optimizers, with the same named parameters, on every rank")

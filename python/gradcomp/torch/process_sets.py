@@ -55,13 +55,11 @@ class ProcessSet:
         return _ctx.rank in _ranks_of(self)
 
     def communicator(self):
-        """The set's C++ Communicator (None on a rank outside it). The global set's refuses a collective join() does
-        not serve while some rank is joined (join_notes.Notes.check_served)."""
-        if self is not global_process_set:
-            return self._comm
+        """The set's C++ Communicator (None on a rank outside it). It refuses a collective join() does not serve while
+        a member is joined (join_notes.Notes.check_served: join() serves the global set's allreduces and steps only)."""
         if _ctx.notes is not None:
-            _ctx.notes.check_served()
-        return _ctx.comm
+            _ctx.notes.check_served(None if self is global_process_set else _ranks_of(self))
+        return _ctx.comm if self is global_process_set else self._comm
 
     def __eq__(self, other):
         return isinstance(other, ProcessSet) and self.process_set_id == other.process_set_id \
