@@ -1,8 +1,10 @@
 """hvd.join() served by notes (join_notes.py), on the backend GRADCOMP_BACKEND names, under mpirun: a DistributedOptimizer
 step whose exchange is already waiting for the rank when it joins, and one that begins after the rank's JOIN note
 came; sparse gradients and grouped allreduces with a joined rank; three joins in a row (each rank in turn joining
-first); collectives join() does not serve refused while a rank is joined; and no note at all while no rank is
-joined. Every result is checked against sums computed here."""
+first); collectives join() does not serve refused while a rank is joined; a joined rank waiting out the others'
+stretch without served operations longer than the timeout (their ALIVE notes); a parameter unfrozen after the
+optimizer was made and a gradient only some ranks have (zeros elsewhere, as Horovod), with a rank joined; and no note
+at all while no rank is joined. Every result is checked against sums computed here."""
 import sys
 import time
 
@@ -11,6 +13,7 @@ import torch
 import gradcomp
 import gradcomp.torch as hvd
 from gradcomp.torch import join_notes
+from gradcomp.torch.context import _ctx
 
 LR = 0.5
 
@@ -121,6 +124,48 @@ def check_unserved_refused(rank, size):
     hvd.join()
 
 
+def check_long_quiet(rank, size):
+    """With a 0.5 s timeout, rank 0 joins while the others spend 2 s without a served operation, then step once: their
+    ALIVE notes keep it waiting, and it serves the step."""
+    saved, _ctx.notes.timeout_s = _ctx.notes.timeout_s, 0.5
+    beats = join_notes.beats_sent
+    w, b, opt = _optimizer("quiet")
+    if rank != 0:
+        time.sleep(2.0)
+        _step(w, b, opt, rank, 0)
+    hvd.join()
+    _ctx.notes.timeout_s = saved
+    steps_of = [0] + [1] * (size - 1)
+    want_w, want_b = _expected(size, [min(steps_of[rank], s) for s in steps_of])  # rank 0 applies no step
+    _close(w.detach(), want_w, "w after rank 0 waited out 2 s of the others' quiet")
+    _close(b.detach(), want_b, "b after rank 0 waited out 2 s of the others' quiet")
+    if rank != 0:
+        assert join_notes.beats_sent > beats, f"rank {rank} sent no ALIVE note in 2 s while rank 0 was joined"
+
+
+def check_unfrozen_and_missing(rank, size):
+    """w and b are frozen when the optimizer is made and unfrozen before the first step (so both are exchanged from
+    synchronize(), in parameter order, on every backend); b has a gradient on rank 1 only (the others send zeros for
+    it, as Horovod). Rank 0 steps once and joins; the others step twice."""
+    w = torch.nn.Parameter(torch.zeros(3, 4), requires_grad=False)
+    b = torch.nn.Parameter(torch.zeros(5), requires_grad=False)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([w, b], lr=LR), [("unfrozen.w", w), ("unfrozen.b", b)])
+    w.requires_grad_(True)
+    b.requires_grad_(True)
+    steps = 1 if rank == 0 else 2
+    for step in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss = (w * _grad_of(rank, step)).sum() + ((b * 2.0).sum() if rank == 1 else 0.0)
+        loss.backward()
+        opt.step()
+    hvd.join()
+    want_w = torch.zeros(3, 4)
+    for step in range(steps):
+        want_w -= LR * sum(_grad_of(r, step) for r in range(size) if step < (1 if r == 0 else 2)) / size
+    _close(w.detach(), want_w, "the unfrozen w")
+    _close(b.detach(), torch.full((5,), -LR * 2.0 * steps / size), "b, whose gradient only rank 1 has")
+
+
 def check_silent_until_joined(rank, size):
     """While no rank is joined a step sends no note; once one is, the others tell it each exchange."""
     w, b, opt = _optimizer("silent")
@@ -156,6 +201,10 @@ def main():
     check_generations(rank, size)
     hvd.barrier()
     check_unserved_refused(rank, size)
+    hvd.barrier()
+    check_long_quiet(rank, size)
+    hvd.barrier()
+    check_unfrozen_and_missing(rank, size)
     hvd.barrier()
     check_silent_until_joined(rank, size)
     print(f"rank {rank}: join checks OK on backend {hvd.backend()}")

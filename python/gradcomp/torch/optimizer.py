@@ -14,7 +14,8 @@ Horovod's options (horovod.torch 0.28.1 semantics):
 - sparse gradients (``Embedding(sparse=True)``): allgather of every rank's indices and values (values / size for
   Average; compression does not apply), or with ``sparse_as_dense=True`` densified, reduced like any gradient and
   made sparse again (optimizer_sparse.py);
-- ``set_backward_passes_per_step(n)``; ``process_set=``: a registered set (``hvd.add_process_set``): the optimizer
+- ``set_backward_passes_per_step(n)``; a parameter that needs a gradient and has none at step() sends zeros, as
+  Horovod's synchronize does (another rank may have one); ``process_set=``: a registered set (``hvd.add_process_set``): the optimizer
   lives on its members and reduces over the set's communicator (torch backend: its group; runtime backend: the
   set's MPI communicator, as the fusion runtime runs on the world); sparse gradients then need ``sparse_as_dense``;
   Adasum and SyncBatchNorm take the global set only;
@@ -46,13 +47,18 @@ _SPARSE_WAIT = object()  # a sparse gradient, gathered in synchronize() after th
 
 
 class _Finish:
-    """A launched allreduce and what completes it after wait() (postscale, a sparse gradient's write-back)."""
+    """A launched allreduce and what completes it after wait() (postscale, a sparse gradient's write-back); `ended`
+    runs once the wait returns or raises (join's count of open operations)."""
 
-    def __init__(self, handle, then=None):
-        self.handle, self.then = handle, then
+    def __init__(self, handle, then=None, ended=None):
+        self.handle, self.then, self.ended = handle, then, ended
 
     def wait(self):
-        self.handle.wait()
+        try:
+            self.handle.wait()
+        finally:
+            if self.ended is not None:
+                self.ended()
         if self.then is not None:
             self.then()
 
@@ -128,15 +134,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._hook_handles = []
         self._grad_accs = []
         self._join_key = None  # (CRC of the parameter names, their count) once, not per step
-        self._join_params = []  # the parameters in order (a note's "i" indexes them)
-        self._join_index = {}  # id(p) -> its position in parameter order
+        self._join_params = []  # every parameter of param_groups, in order (a note's "i" indexes them)
+        self._join_index = {}  # id(p) -> its position there
         # Dense exchanges need notes unless the runtime negotiates them; sparse gathers always do.
         self._notes_for_dense = not _join.negotiated(self._compressor)
         if self._process_set is None and op != Adasum and _ctx.size > 1:
-            params = self._params_in_order()
-            self._join_key = (_join.optimizer_key([self._names[id(p)] for p in params]), len(params))
-            self._join_params = params
-            self._join_index = {id(p): i for i, p in enumerate(params)}
+            # Frozen ones too (requires_grad may change later); the order is the same on every rank.
+            self._join_key = (_join.optimizer_key([self._names[id(p)] for p in all_params]), len(all_params))
+            self._join_params = all_params
+            self._join_index = {id(p): i for i, p in enumerate(all_params)}
             _join.register(self)
         if self._set_size > 1 or os.environ.get("GRADCOMP_FORCE_HOOKS"):
             self._register_hooks()
@@ -250,12 +256,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _launch(self, p, grad, name, then):
         """Parameter p's exchange of `grad`, as one operation join() serves (ended when its handle is waited for)."""
         n = _join.begin(self._served(p, "grad")) if self._join_key is not None and self._notes_for_dense else 0
-        handle = self._reduce_dense(grad, name)
-
-        def finish():
+        try:
+            handle = self._reduce_dense(grad, name)
+        except BaseException:
             _join.end(n)
-            then()
-        return _Finish(handle, finish)
+            raise
+        return _Finish(handle, then, ended=lambda: _join.end(n))
 
     def _postscale(self, grad):
         if self._predivide != 1.0 and self._op == Average:
@@ -276,7 +282,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if self._set_size > 1:
             params = self._params_in_order()
             for p in params:
-                if p.grad is not None and self._handles.get(id(p)) in (None, _GROUP_WAIT):
+                if self._handles.get(id(p)) in (None, _GROUP_WAIT):
+                    if p.grad is None:  # as Horovod: another rank may have a gradient for it (a dynamic forward)
+                        p.grad = torch.zeros_like(p)
                     self._handles[id(p)] = self._allreduce_grad(p)
             with _internal_errors():  # a failed exchange is Horovod's HorovodInternalError (elastic.run resets)
                 for h in self._handles.values():
