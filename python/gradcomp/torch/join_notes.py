@@ -14,13 +14,13 @@ them in count order with zeros, skips the copies other ranks sent of the same on
 note of this generation is in. While some rank is joined, each rank that is not sends it an ALIVE note every
 beat (a tenth of the timeout, at most 2 s), so a joined rank waits as long as the others live, however long they run
 no served operation (an evaluation, the runtime backend's own steps), and names the rank that falls silent for the
-timeout (dead, or its listener failed). Then every rank knows every rank's counts at its join (served operations, and the
-tensors the runtime backend's fusion runtime negotiated: tally()), so all agree, without a round, on which rank
-joined last (the highest counts; of equal counts the highest rank).
+timeout (dead, or its listener failed). Then every rank knows every rank's counts at its join (served operations,
+and the tensors the runtime backend's fusion runtime negotiated: tally()), so all agree, without a round, on which
+rank joined last (the highest counts; of equal counts the highest rank).
 
 Transports: the MPI backends send notes through a C++ Mailbox over a duplicate of MPI_COMM_WORLD (the listener polls
-it with naps of up to 100 ms, so idle it costs no traffic and about ten probes a second, and a JOIN note waits at most that long,
-once per join; the joined rank polls it itself with short naps while it serves); the torch backend through
+it with naps of up to 100 ms, so idle it costs no traffic and about ten probes a second, and a JOIN note waits at most
+that long, once per join; the joined rank polls it itself with short naps while it serves); the torch backend through
 point-to-point messages of a gloo group of its own (the listener waits in a receive from any rank; it ends once every
 other rank has sent it a CLOSE note)."""
 import contextlib

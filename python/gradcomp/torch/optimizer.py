@@ -15,10 +15,11 @@ Horovod's options (horovod.torch 0.28.1 semantics):
   Average; compression does not apply), or with ``sparse_as_dense=True`` densified, reduced like any gradient and
   made sparse again (optimizer_sparse.py);
 - ``set_backward_passes_per_step(n)``; a parameter that needs a gradient and has none at step() sends zeros, as
-  Horovod's synchronize does (another rank may have one); ``process_set=``: a registered set (``hvd.add_process_set``): the optimizer
-  lives on its members and reduces over the set's communicator (torch backend: its group; runtime backend: the
-  set's MPI communicator, as the fusion runtime runs on the world); sparse gradients then need ``sparse_as_dense``;
-  Adasum and SyncBatchNorm take the global set only;
+  Horovod's synchronize does (another rank may have one);
+- ``process_set=``: a registered set (``hvd.add_process_set``): the optimizer lives on its members and reduces over
+  the set's communicator (torch backend: its group; runtime backend: the set's MPI communicator, as the fusion
+  runtime runs on the world); sparse gradients then need ``sparse_as_dense``; Adasum and SyncBatchNorm take the
+  global set only;
 - ``compression=``: a gradcomp spec (``Compression.topk(0.01)``, ``"qsgd:bits=4"``), ``Compression.none`` /
   ``Compression.fp16`` (Horovod compressor objects that keep the C++ codecs), or any Horovod-style compressor class
   or object (``compress(tensor) -> (tensor, ctx)``, ``decompress(tensor, ctx)``), used as is;
